@@ -1,0 +1,44 @@
+"""Filters over the inventory checks in ``module_utils/gpucluster/inventory.py``."""
+
+from __future__ import annotations
+
+import os
+
+import ansible.module_utils
+
+try:
+    from ansible.module_utils.gpucluster import inventory
+except ImportError:  # the filter runs on the controller, outside a module's package
+    ansible.module_utils.__path__.append(os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+    from ansible.module_utils.gpucluster import inventory
+
+
+def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):
+    """Messages for every bad value among one host's variables (``hv``: its hostvars)."""
+    problems = []
+    problems += inventory.check_training_image(
+        hv.get("training_image_ref", ""),
+        hv.get("training_image_shm_size", "32g"),
+        hv.get("training_image_ulimit_memlock", -1),
+        hv.get("training_image_privileged", True),
+        rdma_devices,
+    )
+    problems += inventory.check_ssh_port(
+        hv.get("container_ssh_port", 2222), hv.get("training_image_network_mode", "host"), hv.get("ansible_port", 22)
+    )
+    problems += inventory.check_gpus(gpu_count, hv.get("preflight_require_gpu", True))
+    return inventory.format_problems(host, problems)
+
+
+def provided_args(hv, spec):
+    """The subset of ``hv`` named in a role argument spec (what the inventory sets)."""
+    options = spec.get("argument_specs", {}).get("main", {}).get("options", {})
+    return {k: hv[k] for k in options if k in hv}
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpucluster_inventory_errors": inventory_errors,
+            "gpucluster_provided_args": provided_args,
+        }

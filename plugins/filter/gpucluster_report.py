@@ -1,0 +1,41 @@
+"""Filters that build the validation report on the controller (``gpucluster.allreduce``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import sys
+
+try:
+    from gpucluster import allreduce
+except ImportError:  # AWX / ansible-pull run from a checkout without `pip install .`
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+    from gpucluster import allreduce
+
+
+def allreduce_report(stdout):
+    """Parse the benchmark's JSON line (the last line that is a JSON object) into the report."""
+    lines = [ln for ln in str(stdout).splitlines() if ln.strip().startswith("{")]
+    if not lines:
+        raise ValueError("the allreduce benchmark printed no JSON result; see its output above")
+    return allreduce.report(json.loads(lines[-1]))
+
+
+def allreduce_table(stdout):
+    lines = [ln for ln in str(stdout).splitlines() if ln.strip().startswith("{")]
+    return allreduce.table(json.loads(lines[-1])).splitlines()
+
+
+def cidr(ipv4_fact):
+    """Network of an Ansible ``default_ipv4``-style fact as CIDR, e.g. '172.18.0.0/16'."""
+    return str(ipaddress.ip_network(f"{ipv4_fact['address']}/{ipv4_fact['netmask']}", strict=False))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpucluster_allreduce_report": allreduce_report,
+            "gpucluster_allreduce_table": allreduce_table,
+            "gpucluster_cidr": cidr,
+        }
