@@ -69,7 +69,26 @@ def run_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox]
+def _hosts(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hosts", help="SSH trust and an inventory for real hosts")
+    p.add_argument("action", choices=["init"])
+    p.add_argument("--hosts", required=True, help="comma-separated host addresses")
+    p.add_argument("--user", required=True, help="SSH user with sudo on the hosts")
+    p.add_argument("--key", type=Path, default=None, help="controller private key (default ~/.ssh/id_ed25519)")
+    p.add_argument("--inventory-dir", type=Path, default=Path("inventory/cluster"))
+    p.set_defaults(func=run_hosts)
+
+
+def run_hosts(args: argparse.Namespace) -> int:
+    from gpucluster.hosts import init
+
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    path = init(hosts, args.user, args.key, args.inventory_dir)
+    console.print(f"inventory written: {path}")
+    return 0
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts]
 
 
 def build_parser() -> argparse.ArgumentParser:

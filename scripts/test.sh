@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# All tests, as CI runs them (.ci/run calls this): lint, unit tests, every role's molecule
+# scenario, and the main job end to end on the local 3-node test cluster.
+#
+#   scripts/test.sh            # everything (needs root or a Docker engine; ~20-30 min)
+#   scripts/test.sh unit       # lint + unit tests only (seconds, no Docker)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+
+if [ "$what" = all ]; then
+  scripts/host-prereqs.sh
+fi
+scripts/venv.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== lint"
+yamllint --strict .
+ansible-lint --offline -q
+ruff check .
+
+echo "== tests"
+if [ "$what" = unit ]; then
+  exec pytest -q tests/unit
+fi
+# One pytest run, so one summary line counts everything.
+exec pytest -v --durations=15 tests/unit tests/molecule tests/integration

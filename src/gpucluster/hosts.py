@@ -1,0 +1,183 @@
+"""``gpucluster hosts init``: SSH trust and an inventory for real hosts.
+
+For each host: connect with the controller key (fabric over paramiko); when the key is not
+yet trusted, ask for the password once (for all hosts) and append the controller's public
+key to ``~/.ssh/authorized_keys`` there. Then gather what the inventory needs from the host
+itself (hostname, OS, CPU count, memory, NVIDIA GPUs from ``lspci -nn``, default route NIC)
+and write ``<inventory-dir>/hosts.yml``. Existing files are merged: hosts and variables a
+user added are kept, a backup of the old file is kept beside it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import shlex
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+import yaml
+from fabric import Connection
+
+NVIDIA_VENDOR = "10de"
+# PCI classes of GPUs (lspci -nn prints [0300] VGA, [0302] 3D controller).
+_GPU_LINE = re.compile(r"\[(0300|0302)\].*\[" + NVIDIA_VENDOR + r":[0-9a-f]{4}\]", re.I)
+
+
+@dataclass
+class HostFacts:
+    address: str
+    hostname: str
+    os: str
+    cpus: int
+    mem_mib: int
+    gpus: int
+    default_nic: str
+
+
+def count_nvidia_gpus(lspci_nn: str) -> int:
+    """NVIDIA display/3D controllers in ``lspci -nn`` output (audio/bridge functions excluded)."""
+    return sum(1 for line in lspci_nn.splitlines() if _GPU_LINE.search(line))
+
+
+def parse_facts(address: str, out: dict[str, str]) -> HostFacts:
+    """Facts from the outputs of the probe commands (keys as in ``PROBES``)."""
+    os_name = ""
+    for line in out["os"].splitlines():
+        if line.startswith("PRETTY_NAME="):
+            os_name = line.split("=", 1)[1].strip().strip('"')
+    mem_kib = 0
+    for line in out["mem"].splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    route = out["route"].split()
+    nic = route[route.index("dev") + 1] if "dev" in route else ""
+    return HostFacts(
+        address=address,
+        hostname=out["hostname"].strip(),
+        os=os_name,
+        cpus=int(out["cpus"].strip() or 0),
+        mem_mib=mem_kib // 1024,
+        gpus=count_nvidia_gpus(out["lspci"]),
+        default_nic=nic,
+    )
+
+
+PROBES = {
+    "hostname": "hostname -s",
+    "os": "cat /etc/os-release",
+    "cpus": "nproc",
+    "mem": "cat /proc/meminfo",
+    "lspci": "lspci -nn 2>/dev/null || true",
+    "route": "ip -4 route show default 2>/dev/null || true",
+}
+
+
+def _connect(host: str, user: str, key: Path, password: str | None = None, port: int = 22) -> Connection:
+    kwargs: dict = {"key_filename": str(key), "look_for_keys": False, "allow_agent": False, "timeout": 15}
+    if password is not None:
+        kwargs = {"password": password, "look_for_keys": False, "allow_agent": False, "timeout": 15}
+    c = Connection(host, user=user, port=port, connect_kwargs=kwargs)
+    c.open()
+    return c
+
+
+def ensure_trust(hosts: list[str], user: str, key: Path, ask_password=getpass.getpass) -> dict[str, Connection]:
+    """Connections to every host with the key, installing the key with one password if needed."""
+    pub = Path(str(key) + ".pub").read_text().strip()
+    conns: dict[str, Connection] = {}
+    untrusted = []
+    for h in hosts:
+        try:
+            conns[h] = _connect(h, user, key)
+        except paramiko.AuthenticationException:
+            untrusted.append(h)
+        except (OSError, paramiko.SSHException) as exc:
+            raise RuntimeError(f"{h}: cannot reach sshd as {user}: {exc}. Fix: check the address, port 22, firewall") from exc
+    if untrusted:
+        password = ask_password(f"SSH password for {user} on {', '.join(untrusted)} (asked once): ")
+        for h in untrusted:
+            try:
+                c = _connect(h, user, key, password=password)
+            except paramiko.AuthenticationException as exc:
+                raise RuntimeError(f"{h}: neither the key {key} nor the password is accepted for {user}") from exc
+            c.run(
+                "umask 077 && mkdir -p ~/.ssh && touch ~/.ssh/authorized_keys && "
+                f"grep -qxF {shlex.quote(pub)} ~/.ssh/authorized_keys || echo {shlex.quote(pub)} >> ~/.ssh/authorized_keys",
+                hide=True,
+            )
+            c.close()
+            conns[h] = _connect(h, user, key)
+    return conns
+
+
+def gather(conn: Connection, address: str) -> HostFacts:
+    out = {k: conn.run(cmd, hide=True, warn=True).stdout for k, cmd in PROBES.items()}
+    return parse_facts(address, out)
+
+
+def render_inventory(facts: list[HostFacts], user: str, key: Path, existing: dict | None = None) -> dict:
+    """hosts.yml content: group gpu_nodes, one host per node named by its hostname.
+
+    ``existing`` (a previous hosts.yml) is merged: its other groups, hosts and variables stay;
+    only ansible_host/ansible_user and the gathered facts of these hosts are refreshed.
+    """
+    doc = existing or {}
+    allg = doc.setdefault("all", {})
+    children = allg.setdefault("children", {})
+    group = children.setdefault("gpu_nodes", {})
+    hosts = group.setdefault("hosts", {}) or {}
+    group["hosts"] = hosts
+    for f in facts:
+        entry = hosts.get(f.hostname) or {}
+        entry.update(
+            {
+                "ansible_ssh_common_args": "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts "
+                "-o StrictHostKeyChecking=yes",
+                "ansible_host": f.address,
+                "ansible_user": user,
+                "ansible_ssh_private_key_file": str(key),
+                "gpucluster_gathered": {"os": f.os, "cpus": f.cpus, "mem_mib": f.mem_mib, "gpus": f.gpus,
+                                        "default_nic": f.default_nic},
+            }
+        )
+        hosts[f.hostname] = entry
+    names = [f.hostname for f in facts]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise RuntimeError(f"hosts report the same hostname {sorted(dupes)}: give every node a unique hostname")
+    return doc
+
+
+def init(hosts: list[str], user: str, key: Path | None, inventory_dir: Path, ask_password=getpass.getpass) -> Path:
+    if not hosts:
+        raise ValueError("--hosts is empty: give a comma-separated list of addresses")
+    key = key or Path.home() / ".ssh" / "id_ed25519"
+    if not key.exists():
+        import subprocess
+
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    conns = ensure_trust(hosts, user, key, ask_password)
+    facts = [gather(conns[h], h) for h in hosts]
+    inventory_dir.mkdir(parents=True, exist_ok=True)
+    # Host keys seen on first contact (trust on first use, as ssh's accept-new), so that
+    # Ansible then connects with StrictHostKeyChecking=yes.
+    known = []
+    for h, c in conns.items():
+        k = c.client.get_transport().get_remote_server_key()
+        known.append(f"{h} {k.get_name()} {k.get_base64()}")
+        c.close()
+    (inventory_dir / "known_hosts").write_text("\n".join(known) + "\n")
+    path = inventory_dir / "hosts.yml"
+    existing = None
+    if path.exists():
+        existing = yaml.safe_load(path.read_text()) or {}
+        shutil.copy2(path, path.with_name(f"hosts.yml.{time.strftime('%Y%m%dT%H%M%S')}.bak"))
+    doc = render_inventory(facts, user, key.resolve(), existing)
+    path.write_text("# Written by `gpucluster hosts init`; edit freely, reruns merge.\n---\n"
+                    + yaml.safe_dump(doc, sort_keys=False))
+    return path

@@ -1,0 +1,144 @@
+"""The main job end to end on the local multi-node test cluster.
+
+README command 1 (``scripts/bootstrap.sh``) brings up 3 nodes, converges site.yml and
+validates; then the properties of a mature converge are checked on that real cluster:
+a rerun and ``--check --diff`` change nothing, user keys in daemon.json survive, bad
+inputs fail before anything changes, an unreachable node does not stop the others.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.docker_env import ROOT, docker_client, venv_env
+
+pytestmark = pytest.mark.integration
+INVENTORY = ROOT / "inventory" / "sandbox" / "hosts.yml"
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
+    r"failed=(?P<failed>\d+)",
+    re.M,
+)
+
+
+def run(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(args), cwd=ROOT, env=venv_env(NO_COLOR="1"), capture_output=True, text=True,
+                       timeout=timeout)
+    if check and r.returncode != 0:
+        pytest.fail(f"{' '.join(args)} exited {r.returncode}:\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    return {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"} for m in RECAP.finditer(output)}
+
+
+def playbook(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run("ansible-playbook", "-i", str(INVENTORY), *args, check=check)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    docker_client()
+    before = set((ROOT / "reports").glob("validate-*.json"))
+    r = run("bash", "scripts/bootstrap.sh")
+    new_reports = sorted(set((ROOT / "reports").glob("validate-*.json")) - before)
+    return {"bootstrap": r, "reports": new_reports}
+
+
+def test_bootstrap_converges_three_nodes_and_validates(cluster):
+    out = cluster["bootstrap"].stdout
+    hosts = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    assert sorted(hosts) == ["node-1", "node-2", "node-3"]
+    final = recap(out.split("PLAY [Validate")[-1])
+    assert sorted(final) == ["node-1", "node-2", "node-3"]
+    assert all(v["failed"] == 0 and v["unreachable"] == 0 for v in final.values()), final
+    # The validation table: every size from 1 KiB to 64 MiB, reduced correctly on 3 ranks.
+    assert "allreduce (sum, float32) on 3 ranks" in out
+    sizes = re.findall(r"^\s*\"?\s*(\d+ [KM]iB)\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+OK", out, re.M)
+    assert sizes[0] == "1 KiB" and sizes[-1] == "64 MiB" and len(sizes) == 17, sizes
+    assert "WRONG" not in out
+    assert len(cluster["reports"]) == 1
+    report = json.loads(cluster["reports"][0].read_text())
+    assert report["ranks"] == 3 and report["all_correct"]
+    assert sorted(set(report["hosts"])) == ["node-1", "node-2", "node-3"]
+    assert report["nodes"] == ["node-1", "node-2", "node-3"]
+    row = report["rows"][-1]
+    assert row["bytes"] == 64 * 1024 * 1024
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 4 / 3)
+
+
+def test_second_run_changes_nothing(cluster):
+    r = playbook("site.yml")
+    rc = recap(r.stdout)
+    assert sorted(rc) == ["node-1", "node-2", "node-3"]
+    assert all(v["changed"] == 0 for v in rc.values()), r.stdout[-6000:]
+
+
+def test_check_diff_on_converged_cluster_changes_nothing(cluster):
+    r = playbook("site.yml", "--check", "--diff")
+    rc = recap(r.stdout)
+    assert sorted(rc) == ["node-1", "node-2", "node-3"]
+    assert all(v["changed"] == 0 and v["failed"] == 0 for v in rc.values()), r.stdout[-6000:]
+
+
+def _exec(container: str, *cmd: str) -> str:
+    client = docker_client()
+    rc, out = client.containers.get(container).exec_run(list(cmd))
+    assert rc == 0, out.decode()
+    return out.decode()
+
+
+def test_user_keys_in_daemon_json_survive(cluster):
+    path = "/etc/docker/daemon.json"
+    cfg = json.loads(_exec("gpucluster-node-2", "cat", path))
+    cfg["default-address-pools"] = [{"base": "10.203.0.0/16", "size": 24}]
+    _exec("gpucluster-node-2", "sh", "-c", f"cat > {path} <<'EOF'\n{json.dumps(cfg, indent=2)}\nEOF")
+    playbook("site.yml", "--tags", "docker", "--limit", "node-2")
+    after = json.loads(_exec("gpucluster-node-2", "cat", path))
+    assert after["default-address-pools"] == [{"base": "10.203.0.0/16", "size": 24}]
+    assert "gpucluster-infra:5000" in after["insecure-registries"]
+    assert _exec("gpucluster-node-2", "sh", "-c", "ls /etc/docker/ | grep -c '^daemon.json.*~$' || true").strip() != "0"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect"),
+    [
+        ("training_image_ref=Not::A/Ref", "training_image_ref"),
+        ("training_image_shm_size=lots", "training_image_shm_size: 'lots' is not a size"),
+        ("container_ssh_port=70000", "container_ssh_port: 70000 is out of range"),
+    ],
+)
+def test_bad_input_fails_before_anything_changes(cluster, extra, expect):
+    r = playbook("site.yml", "-e", extra, check=False)
+    assert r.returncode != 0
+    assert expect in r.stdout, r.stdout[-4000:]
+    for host in ("node-1", "node-2", "node-3"):
+        assert f"{host}: {expect.split(':')[0]}" in r.stdout
+    # Only the preflight play ran, and it changed nothing.
+    assert "PLAY [Docker engine]" not in r.stdout
+    assert all(v["changed"] == 0 for v in recap(r.stdout).values())
+
+
+def test_unreachable_node_is_named_and_the_rest_converge(cluster, tmp_path: Path):
+    client = docker_client()
+    net = client.networks.get("gpucluster")
+    subnet = net.attrs["IPAM"]["Config"][0]["Subnet"]
+    ghost_ip = subnet.rsplit(".", 2)[0] + ".0.250" if subnet.endswith(".0.0/16") else subnet.rsplit(".", 1)[0] + ".250"
+    extra = tmp_path / "ghost.yml"
+    extra.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "node-ghost": {"ansible_host": ghost_ip, "ansible_ssh_common_args": "-o ConnectTimeout=3"}}}}}}))
+    r = run("ansible-playbook", "-i", str(INVENTORY), "-i", str(extra), "site.yml", check=False)
+    assert r.returncode != 0
+    rc = recap(r.stdout)
+    assert rc["node-ghost"]["unreachable"] == 1
+    assert "fatal: [node-ghost]: UNREACHABLE!" in r.stdout
+    for host in ("node-1", "node-2", "node-3"):
+        assert rc[host]["failed"] == 0 and rc[host]["unreachable"] == 0
+    assert "PLAY [Training containers" in r.stdout

@@ -1,0 +1,58 @@
+"""Every role's molecule scenario, run for real on the gpucluster node image.
+
+Each scenario: destroy, create, prepare, converge, idempotence (a second converge must
+report no change), verify (the real end state), destroy. The scenarios share the sandbox's
+apt cache through the ``gpucluster`` network, so package downloads happen once per run.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from gpucluster import images
+from gpucluster.sandbox import APT_CACHE_PORT, Sandbox, SandboxConfig
+from tests.docker_env import ROOT, docker_client, venv_env
+
+SCENARIOS = sorted(ROOT.glob("roles/*/molecule/*/molecule.yml"))
+
+
+@pytest.fixture(scope="session")
+def molecule_env():
+    client = docker_client()
+    tag = images.ensure_node_image(client, log=lambda m: None)
+    sb = Sandbox(SandboxConfig(), client=client, log=lambda m: None)
+    infra = sb.ensure_infra()
+    return venv_env(
+        NO_COLOR="1",
+        GPUCLUSTER_NODE_IMAGE=tag,
+        GPUCLUSTER_NETWORK=sb.cfg.network,
+        GPUCLUSTER_APT_PROXY=f"http://{infra.name}:{APT_CACHE_PORT}",
+    )
+
+
+def test_every_role_has_a_scenario():
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+    with_scenario = sorted({p.parents[2].name for p in SCENARIOS})
+    assert roles == with_scenario
+
+
+@pytest.mark.molecule
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: f"{p.parents[2].name}-{p.parent.name}")
+def test_scenario(scenario, molecule_env):
+    role_dir = scenario.parents[2]
+    r = subprocess.run(
+        ["molecule", "test", "-s", scenario.parent.name],
+        cwd=role_dir,
+        env=molecule_env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    out = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout + r.stderr)
+    assert r.returncode == 0, out[-8000:]
+    # Converge, idempotence (a second converge with no change) and verify all ran and passed.
+    for step in ("converge", "idempotence", "verify"):
+        assert re.search(rf"{step}: Executed: Successful", out), f"{step} did not run successfully:\n{out[-4000:]}"
