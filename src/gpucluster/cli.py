@@ -16,6 +16,8 @@ import docker.errors
 from rich.console import Console
 from rich.table import Table
 
+from gpucluster.cli_launch import add_launch, add_report
+
 console = Console(stderr=True)
 
 
@@ -88,7 +90,7 @@ def run_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report]
 
 
 def build_parser() -> argparse.ArgumentParser:

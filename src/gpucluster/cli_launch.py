@@ -1,0 +1,83 @@
+"""``gpucluster launch`` and ``gpucluster report``.
+
+``gpucluster launch SPEC.yml --mpirun|--mpijob|--env-file [--output FILE]`` renders a job spec
+(:mod:`gpucluster.launch`): the shell-quoted ``mpirun`` line, the MPIJob YAML (validated
+against the pinned mpi-operator CRD schema first), or the env file of the job's environment.
+Nothing is executed; running on the cluster is the playbooks' job.
+
+``gpucluster report RESULTS.json --out-dir DIR`` writes ``report.json``, ``report.md`` and
+``report.png`` (:mod:`gpucluster.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def add_launch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("launch", help="render a job spec as an mpirun command, an MPIJob or an env file")
+    p.add_argument("spec", type=Path, help="job spec YAML (see examples/jobs/)")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--mpirun", dest="mode", action="store_const", const="mpirun",
+                      help="the mpirun command line for the first node's training container")
+    mode.add_argument("--mpijob", dest="mode", action="store_const", const="mpijob",
+                      help="the Kubeflow MPIJob manifest (YAML), schema-checked")
+    mode.add_argument("--env-file", dest="mode", action="store_const", const="env",
+                      help="the job environment as KEY=VALUE lines (docker --env-file format)")
+    p.add_argument("--output", "-o", type=Path, default=None, help="write here instead of stdout")
+    p.set_defaults(func=run_launch)
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from gpucluster import launch
+    from gpucluster.runtime import render_env_file
+
+    job = launch.load_job_spec(args.spec)
+    if args.mode == "mpirun":
+        text = launch.render_mpirun_command(job) + "\n"
+    elif args.mode == "env":
+        header = f"gpucluster job {job.name}: runtime {job.runtime}"
+        text = render_env_file(launch.job_env(job), header=header)
+    else:
+        documents = launch.render_k8s_documents(job)
+        check = launch.validate_mpijob(documents[-1])
+        if not check.checked:
+            console.print(f"[yellow]warning:[/yellow] {check.note}")
+        text = launch.to_yaml(documents)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        console.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="scaling report (JSON, Markdown, PNG) from benchmark results")
+    p.add_argument("results", type=Path, help="RESULTS.json: [{gpus, nodes, runtime, throughput, unit}, ...]")
+    p.add_argument("--out-dir", type=Path, required=True, help="directory for report.json/.md/.png")
+    p.add_argument("--title", default=None, help="report title (default: the file's title)")
+    p.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from gpucluster.report import write_report
+
+    try:
+        data = json.loads(args.results.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{args.results}: cannot read the results ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{args.results}: not valid JSON ({exc})") from exc
+    paths = write_report(data, args.out_dir, title=args.title)
+    for kind, path in paths.items():
+        console.print(f"wrote {kind}: {path}")
+    return 0

@@ -1,0 +1,486 @@
+"""Job spec -> mpirun and MPIJob: hosts, slots, -x list, quoting, one environment, CRD schema."""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucluster.cli import main
+from gpucluster.launch import (
+    JobSpecError,
+    MPIJobSchemaError,
+    check_mpijob,
+    interface_problem,
+    job_env,
+    load_job_spec,
+    min_member,
+    mpijob_schema,
+    mpirun_exports,
+    parse_job_spec,
+    render_k8s_documents,
+    render_mpijob,
+    render_mpirun,
+    render_mpirun_command,
+    render_podgroup,
+    to_yaml,
+    validate_mpijob,
+)
+from tests.conftest import ROOT, fixture_text
+
+EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yml"))
+
+BASE = {
+    "name": "resnet50",
+    "image": "registry.example:5000/train:1",
+    "command": ["python", "bench.py", "--model", "resnet50"],
+    "nodes": ["gpu-node-1", "gpu-node-2"],
+    "gpus_per_node": 8,
+    "runtime": "lightcc",
+    "profile": {"LIGHT_TOPK_ALLREDUCE": 1},
+    "nccl_env": {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5"},
+    "env": {"PYTHONUNBUFFERED": "1"},
+    "network_interface": "eth0",
+}
+
+
+def spec(**changes):
+    data = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def value_after(argv, flag, name=None):
+    """The value following ``flag`` (and ``name`` for ``--mca name value``)."""
+    for i, arg in enumerate(argv):
+        if arg == flag and (name is None or argv[i + 1] == name):
+            return argv[i + 2] if name else argv[i + 1]
+    raise AssertionError(f"{flag} {name or ''} not in {argv}")
+
+
+def container(manifest, role):
+    return manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+
+
+def env_of(c):
+    return {item["name"]: item["value"] for item in c["env"]}
+
+
+# ---------------------------------------------------------------- job spec validation
+
+
+def test_job_env_order_profile_then_nccl_then_extra():
+    env = job_env(spec())
+    names = list(env)
+    assert names[:7] == [
+        "LIGHT_2D_ALLREDUCE", "LIGHT_INTRA_SIZE", "LIGHT_HIERARCHICAL_THRESHOLD", "LIGHT_TOPK_ALLREDUCE",
+        "LIGHT_TOPK_RATIO", "LIGHT_TOPK_THRESHOLD", "LIGHT_TOPK_FP16",
+    ]
+    assert names[7:] == ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "PYTHONUNBUFFERED"]
+    assert env["LIGHT_TOPK_ALLREDUCE"] == "1"
+    assert env["LIGHT_INTRA_SIZE"] == "8"
+
+
+def test_spec_reports_every_problem_with_field_names():
+    bad = spec(name="ResNet_50", gpus_per_node=0, ssh_port=70000, command=[], typo_field=1)
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(bad)
+    text = str(info.value)
+    for needle in ("name='ResNet_50'", "DNS-1035", "gpus_per_node=0", "ssh_port=70000", "command must be",
+                   "typo_field: unknown field"):
+        assert needle in text
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"node_count": 3}, "node_count=3 but nodes lists 2 hosts"),
+        ({"nodes": None}, "give nodes"),
+        ({"nodes": ["a", "a"]}, "a listed twice"),
+        ({"env": {"LIGHT_TOPK_RATIO": "0.1"}}, "set it under profile"),
+        ({"env": {"NCCL_DEBUG": "INFO"}}, "put NCCL variables under nccl_env"),
+        ({"env": {"FLAG": True}}, "YAML boolean: quote it"),
+        ({"nccl_env": {"OMPI_MCA_x": "1"}}, "only NCCL_* variables"),
+        ({"profile": {"LIGHT_TOPK_RATIO": 3}}, "LIGHT_TOPK_RATIO=3"),
+        ({"runtime": "mxnet"}, "runtime='mxnet'"),
+        ({"k8s": {"hugepages_1gi": 4}}, "set k8s.memory"),
+        ({"k8s": {"api_version": "v3"}}, "k8s.api_version='v3'"),
+        ({"k8s": {"volcano": {"podgroup": True}}}, "needs k8s.volcano.enabled"),
+        ({"k8s": {"run_policy": {"clean_pod_policy": "Sometimes"}}}, "clean_pod_policy='Sometimes'"),
+        ({"k8s": {"memory": "lots"}}, "Kubernetes quantity"),
+        ({"k8s": {"host_network": True}}, "k8s.network_interface is not set"),
+    ],
+)
+def test_spec_errors(changes, needle):
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(**changes))
+    assert needle in str(info.value)
+
+
+# ---------------------------------------------------------------- network interface refusal
+
+
+REFUSED = ["lo", "docker0", "docker_gwbridge", "veth1a2b3c", "virbr0", "br-0123456789ab"]
+
+
+@pytest.mark.parametrize("iface", REFUSED)
+def test_refuses_loopback_docker_veth_libvirt_interfaces(iface):
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(network_interface=iface))
+    text = str(info.value)
+    assert f"network_interface={iface!r}" in text
+    assert "routable NIC" in text
+
+
+def test_refuses_the_docker0_of_the_e18_failure():
+    """nccl-logs/E18: btl_tcp connected to 172.17.0.1, docker0's address on every host."""
+    assert "connect() to 172.17.0.1 failed" in fixture_text(
+        "nccl-logs/E18_mpirun_btl_tcp_connect_docker0_refused.1-mpirun-error-line.txt"
+    )
+    ifconfig = fixture_text("nccl-logs/E18_mpirun_btl_tcp_connect_docker0_refused.2-ifconfig-docker0.txt")
+    iface = ifconfig.splitlines()[1].split()[0]
+    assert iface == "docker0"
+    assert "172.17.0.1" in interface_problem(iface)
+
+
+@pytest.mark.parametrize("iface", ["eth0", "ens1f0np0", "bond0", "ib0", "192.0.2.0/24", "eth0,eth1"])
+def test_accepts_routable_interfaces_and_cidrs(iface):
+    assert interface_problem(iface) is None
+    argv = render_mpirun(spec(network_interface=iface))
+    assert value_after(argv, "--mca", "btl_tcp_if_include") == iface
+    assert value_after(argv, "--mca", "oob_tcp_if_include") == iface
+
+
+def test_bad_interface_in_a_list_is_refused():
+    assert "docker0" in interface_problem("eth0,docker0")
+    assert "neither an interface name nor a CIDR" in interface_problem("10.0.0.0/99")
+
+
+@pytest.mark.parametrize("value", ["virbr0", "lo", "=docker0", "eth0,virbr0"])
+def test_nccl_socket_ifname_may_not_select_refused_interfaces(value):
+    """nccl-logs/E12 (NCCL picked virbr0) and E17 (lo)."""
+    with pytest.raises(JobSpecError, match="NCCL_SOCKET_IFNAME"):
+        parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": value}))
+
+
+def test_nccl_socket_ifname_exclusion_list_is_fine():
+    job = parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": "^docker0,lo"}))
+    assert job.nccl_env["NCCL_SOCKET_IFNAME"] == "^docker0,lo"
+
+
+# ---------------------------------------------------------------- mpirun
+
+
+def test_mpirun_hosts_slots_np_and_options():
+    argv = render_mpirun(spec())
+    assert argv[:4] == ["mpirun", "--allow-run-as-root", "-np", "16"]
+    assert value_after(argv, "-H") == "gpu-node-1:8,gpu-node-2:8"
+    assert "--hostfile" not in argv
+    joined = " ".join(argv)
+    assert "-bind-to none -map-by slot" in joined
+    assert "--mca pml ob1 --mca btl ^openib" in joined
+    assert value_after(argv, "--mca", "plm_rsh_args") == "-p 2222"
+    assert argv[-4:] == ["python", "bench.py", "--model", "resnet50"]
+
+
+def test_mpirun_exports_every_variable_with_its_value():
+    argv = render_mpirun(spec())
+    valued, forwarded = mpirun_exports(argv)
+    assert valued == job_env(spec())
+    assert forwarded == ["PATH", "LD_LIBRARY_PATH"]
+    assert "-x" in argv and "LIGHT_TOPK_RATIO=0.01" in argv
+
+
+def test_mpirun_hostfile_and_other_ssh_port():
+    argv = render_mpirun(spec(nodes=None, node_count=4, hostfile="/etc/mpi/hostfile", ssh_port=22022,
+                              gpus_per_node=4))
+    assert value_after(argv, "--hostfile") == "/etc/mpi/hostfile"
+    assert "-H" not in argv
+    assert value_after(argv, "-np") == "16"
+    assert value_after(argv, "--mca", "plm_rsh_args") == "-p 22022"
+
+
+def test_mpirun_never_disables_host_key_checking():
+    for data in [spec(), *(yaml.safe_load(p.read_text()) for p in EXAMPLES)]:
+        assert "StrictHostKeyChecking" not in render_mpirun_command(data)
+        assert "StrictHostKeyChecking" not in to_yaml(render_k8s_documents(data))
+
+
+def test_mpirun_command_string_is_shell_quoted():
+    data = spec(env={"GREETING": "hello world", "COST": "$HOME;rm -rf /"},
+                command="python train.py --note 'two words'")
+    line = render_mpirun_command(data)
+    assert "-x 'GREETING=hello world'" in line
+    assert "-x 'COST=$HOME;rm -rf /'" in line
+    assert "--mca plm_rsh_args '-p 2222'" in line
+    assert shlex.split(line) == render_mpirun(data)
+    assert render_mpirun(data)[-4:] == ["python", "train.py", "--note", "two words"]
+
+
+def test_user_path_replaces_the_passthrough():
+    valued, forwarded = mpirun_exports(render_mpirun(spec(env={"PATH": "/opt/conda/bin:/usr/bin"})))
+    assert forwarded == ["LD_LIBRARY_PATH"]
+    assert valued["PATH"] == "/opt/conda/bin:/usr/bin"
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"network_interface": None}, "mpirun needs network_interface"),
+    ({"nodes": None, "node_count": 2}, "mpirun needs the host names"),
+])
+def test_mpirun_needs_hosts_and_interface(changes, needle):
+    data = spec(**changes)
+    parse_job_spec(data)  # the spec itself is valid (enough for an MPIJob)
+    with pytest.raises(JobSpecError, match=needle):
+        render_mpirun(data)
+
+
+# ---------------------------------------------------------------- one environment, two launchers
+
+
+@pytest.mark.parametrize("runtime,profile", [("lightcc", {"LIGHT_TOPK_ALLREDUCE": 1}),
+                                             ("horovod", {"HOROVOD_CYCLE_TIME": 3.5})])
+@pytest.mark.parametrize("api_version", ["v2beta1", "v1"])
+def test_mpirun_and_mpijob_carry_the_same_environment(runtime, profile, api_version):
+    data = spec(runtime=runtime, profile=profile, k8s={"api_version": api_version})
+    valued, forwarded = mpirun_exports(render_mpirun(data))
+    manifest = render_mpijob(data)
+    launcher, worker = container(manifest, "Launcher"), container(manifest, "Worker")
+    assert env_of(launcher) == valued == job_env(data)
+    assert env_of(worker) == valued
+    launcher_valued, launcher_forwarded = mpirun_exports(launcher["command"] + launcher["args"])
+    assert launcher_valued == {}  # values come from the container env ...
+    assert launcher_forwarded == forwarded + list(valued)  # ... and -x forwards each by name
+
+
+# ---------------------------------------------------------------- MPIJob
+
+
+def test_mpijob_structure():
+    data = spec(k8s={"namespace": "training", "hugepages_1gi": 16, "memory": "512Gi",
+                     "tools_dir": "/usr/local/harp",
+                     "run_policy": {"backoff_limit": 0, "ttl_seconds_after_finished": 3600}})
+    m = render_mpijob(data)
+    assert m["apiVersion"] == "kubeflow.org/v2beta1"
+    assert m["kind"] == "MPIJob"
+    assert m["metadata"]["name"] == "resnet50"
+    assert m["metadata"]["namespace"] == "training"
+    assert m["spec"]["slotsPerWorker"] == 8
+    assert m["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 0,
+                                      "ttlSecondsAfterFinished": 3600}
+    replicas = m["spec"]["mpiReplicaSpecs"]
+    assert replicas["Launcher"]["replicas"] == 1
+    assert replicas["Worker"]["replicas"] == 2
+    launcher, worker = container(m, "Launcher"), container(m, "Worker")
+    assert launcher["command"] == ["mpirun"]
+    assert "-np" in launcher["args"] and launcher["args"][launcher["args"].index("-np") + 1] == "16"
+    assert "-H" not in launcher["args"]  # the operator writes the hostfile
+    assert worker["command"] == ["/usr/sbin/sshd"] and worker["args"] == ["-De", "-p", "2222"]
+    assert worker["securityContext"] == {"privileged": True}
+    res = worker["resources"]
+    assert res["limits"] == {"nvidia.com/gpu": 8, "memory": "512Gi", "hugepages-1Gi": "16Gi"}
+    assert res["requests"]["hugepages-1Gi"] == res["limits"]["hugepages-1Gi"]
+    assert res["requests"]["memory"] == res["limits"]["memory"]
+    pod = replicas["Worker"]["template"]["spec"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert host_paths == {"sys": "/sys", "hugepages": "/dev/hugepages", "tools": "/usr/local/harp"}
+    mounts = {v["name"]: v["mountPath"] for v in worker["volumeMounts"]}
+    assert mounts == {"sys": "/sys", "hugepages": "/dev/hugepages", "tools": "/usr/local/harp"}
+    assert "schedulerName" not in pod
+
+
+def test_mpijob_without_hugepages_or_memory_sets_only_the_gpu_limit():
+    worker = container(render_mpijob(spec()), "Worker")
+    assert worker["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+
+
+def test_mpijob_node_count_only():
+    m = render_mpijob(spec(nodes=None, node_count=5, network_interface=None))
+    assert m["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 5
+    args = container(m, "Launcher")["args"]
+    assert args[args.index("-np") + 1] == "40"
+    assert value_after(args, "--mca", "btl_tcp_if_include") == "eth0"  # the pod's interface
+
+
+def test_mpijob_host_network_uses_the_named_interface():
+    m = render_mpijob(spec(k8s={"host_network": True, "network_interface": "ens1f0np0"}))
+    pod = m["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert value_after(container(m, "Launcher")["args"], "--mca", "oob_tcp_if_include") == "ens1f0np0"
+
+
+def test_volcano_gang_scheduling_min_member_is_workers_plus_launcher():
+    data = spec(nodes=["n1", "n2", "n3"],
+                k8s={"volcano": {"enabled": True, "queue": "research", "priority_class": "high"}})
+    m = render_mpijob(data)
+    assert min_member(data) == 4
+    assert m["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 4, "queue": "research",
+                                                           "priorityClass": "high"}
+    for role in ("Launcher", "Worker"):
+        pod = m["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
+        assert pod["schedulerName"] == "volcano"
+        assert pod["priorityClassName"] == "high"
+    docs = render_k8s_documents(data)
+    assert [d["kind"] for d in docs] == ["MPIJob"]  # the operator makes the PodGroup
+
+
+def test_volcano_podgroup_for_an_operator_without_gang_scheduling():
+    data = spec(k8s={"volcano": {"enabled": True, "podgroup": True}})
+    docs = render_k8s_documents(data)
+    assert [d["kind"] for d in docs] == ["PodGroup", "MPIJob"]
+    pg = docs[0]
+    assert pg["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert pg["spec"] == {"minMember": 3, "queue": "default"}
+    for role in ("Launcher", "Worker"):
+        meta = docs[1]["spec"]["mpiReplicaSpecs"][role]["template"]["metadata"]
+        assert meta["annotations"] == {"scheduling.k8s.io/group-name": "resnet50"}
+    with pytest.raises(JobSpecError, match="volcano.enabled"):
+        render_podgroup(spec())
+
+
+def test_v1_manifest_has_no_v2_only_fields_and_no_sshd():
+    m = render_mpijob(spec(k8s={"api_version": "v1"}))
+    assert m["apiVersion"] == "kubeflow.org/v1"
+    assert "sshAuthMountPath" not in m["spec"] and "mpiImplementation" not in m["spec"]
+    assert "command" not in container(m, "Worker")
+    assert "plm_rsh_args" not in container(m, "Launcher")["args"]
+
+
+def test_yaml_output_round_trips_without_anchors():
+    docs = render_k8s_documents(spec(k8s={"volcano": {"enabled": True, "podgroup": True}}))
+    text = to_yaml(docs)
+    assert "&id" not in text and "*id" not in text
+    assert list(yaml.safe_load_all(text)) == docs
+
+
+# ---------------------------------------------------------------- CRD schema
+
+
+def test_schema_is_the_pinned_v2beta1_openapi_schema():
+    schema = mpijob_schema()
+    assert schema["properties"]["spec"]["properties"]["slotsPerWorker"]["type"] == "integer"
+    assert "mpiReplicaSpecs" in schema["properties"]["spec"]["required"]
+
+
+@pytest.mark.parametrize("k8s", [
+    {},
+    {"hugepages_1gi": 16, "memory": "512Gi"},
+    {"volcano": {"enabled": True, "queue": "q", "priority_class": "high"},
+     "run_policy": {"backoff_limit": 0, "ttl_seconds_after_finished": 60, "active_deadline_seconds": 600}},
+    {"host_network": True, "network_interface": "ens1f0np0", "ssh_auth_mount_path": "/home/mpi/.ssh"},
+])
+def test_rendered_manifests_pass_the_crd_schema(k8s):
+    result = validate_mpijob(render_mpijob(spec(k8s=k8s)))
+    assert result.checked and result.ok and result.errors == ()
+
+
+def test_broken_manifest_fails_the_crd_schema():
+    m = render_mpijob(spec())
+    m["spec"]["slotsPerWorker"] = "8"
+    m["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = "two"
+    result = check_mpijob(m)
+    assert result.checked and not result.ok
+    assert any(e.startswith("spec.slotsPerWorker: '8' is not of type 'integer'") for e in result.errors)
+    assert any(e.startswith("spec.mpiReplicaSpecs.Worker.replicas:") for e in result.errors)
+    with pytest.raises(MPIJobSchemaError, match="slotsPerWorker"):
+        validate_mpijob(m)
+
+
+def test_schema_check_reports_fields_the_api_server_would_drop():
+    m = render_mpijob(spec())
+    m["spec"]["slotPerWorker"] = 8  # typo: pruned silently by a real API server
+    result = check_mpijob(m)
+    assert "spec.slotPerWorker: unknown field; the API server would drop it silently" in result.errors
+
+
+def test_schema_check_missing_replica_specs_and_enum():
+    m = render_mpijob(spec())
+    del m["spec"]["mpiReplicaSpecs"]
+    m["spec"]["mpiImplementation"] = "MVAPICH"
+    errors = check_mpijob(m).errors
+    assert any("'mpiReplicaSpecs' is a required property" in e for e in errors)
+    assert any(e.startswith("spec.mpiImplementation:") for e in errors)
+
+
+def test_v1_is_not_schema_checked_and_says_why():
+    result = validate_mpijob(render_mpijob(spec(k8s={"api_version": "v1"})))
+    assert result.checked is False and result.ok
+    assert "only kubeflow.org/v2beta1" in result.note
+
+
+def test_wrong_kind_or_group_fails():
+    m = render_mpijob(spec())
+    assert check_mpijob({**m, "kind": "Job"}).errors
+    assert check_mpijob({**m, "apiVersion": "kubeflow.org/v2"}).errors
+
+
+# ---------------------------------------------------------------- examples and CLI
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_render_and_validate(path):
+    job = load_job_spec(path)
+    render_mpirun(job)
+    result = validate_mpijob(render_mpijob(job))
+    assert result.ok
+
+
+def test_examples_exist():
+    assert len(EXAMPLES) >= 2
+
+
+def test_load_job_spec_errors(tmp_path):
+    with pytest.raises(JobSpecError, match="cannot read"):
+        load_job_spec(tmp_path / "missing.yml")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(JobSpecError, match="not valid YAML"):
+        load_job_spec(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(JobSpecError, match="must be a YAML mapping"):
+        load_job_spec(bad)
+
+
+def write_spec(tmp_path: Path, data) -> Path:
+    path = tmp_path / "job.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cli_launch_mpirun(tmp_path, capsys):
+    assert main(["launch", str(write_spec(tmp_path, spec())), "--mpirun"]) == 0
+    out = capsys.readouterr().out
+    assert shlex.split(out) == render_mpirun(spec())
+
+
+def test_cli_launch_mpijob_to_file(tmp_path):
+    out = tmp_path / "out" / "job.yaml"
+    data = spec(k8s={"volcano": {"enabled": True}})
+    assert main(["launch", str(write_spec(tmp_path, data)), "--mpijob", "--output", str(out)]) == 0
+    assert list(yaml.safe_load_all(out.read_text())) == [render_mpijob(data)]
+
+
+def test_cli_launch_env_file(tmp_path, capsys):
+    assert main(["launch", str(write_spec(tmp_path, spec())), "--env-file"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert lines == [f"{k}={v}" for k, v in job_env(spec()).items()]
+
+
+def test_cli_launch_v1_warns(tmp_path, capsys):
+    path = write_spec(tmp_path, spec(k8s={"api_version": "v1"}))
+    assert main(["launch", str(path), "--mpijob"]) == 0
+    captured = capsys.readouterr()
+    assert "kubeflow.org/v1" in captured.out
+    assert "not schema-checked" in " ".join(captured.err.split())
+
+
+def test_cli_launch_bad_spec_exits_2_with_the_reason(tmp_path, capsys):
+    path = write_spec(tmp_path, spec(network_interface="docker0"))
+    assert main(["launch", str(path), "--mpirun"]) == 2
+    assert "docker0" in " ".join(capsys.readouterr().err.split())

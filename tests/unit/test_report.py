@@ -1,0 +1,145 @@
+"""Scaling report: numbers, Markdown tables, JSON and a real PNG."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from gpucluster.cli import main
+from gpucluster.report import ResultsError, build_report, load_results, render_markdown, write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Two runtimes at 1, 8 and 16 GPUs (img/sec over all GPUs).
+RESULTS = [
+    {"gpus": 1, "nodes": 1, "runtime": "lightcc", "throughput": 125.0, "unit": "img/sec"},
+    {"gpus": 8, "nodes": 1, "runtime": "lightcc", "throughput": 950.0, "unit": "img/sec"},
+    {"gpus": 16, "nodes": 2, "runtime": "lightcc", "throughput": 1900.0, "unit": "img/sec"},
+    {"gpus": 1, "nodes": 1, "runtime": "horovod", "throughput": 124.7, "unit": "img/sec"},
+    {"gpus": 8, "nodes": 1, "runtime": "horovod", "throughput": 900.0, "unit": "img/sec"},
+    {"gpus": 16, "nodes": 2, "runtime": "horovod", "throughput": 1700.0, "unit": "img/sec"},
+]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from the IHDR chunk, which must follow the signature."""
+    assert data[:8] == PNG_SIGNATURE
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_numbers():
+    report = build_report(RESULTS)
+    assert report["unit"] == "img/sec"
+    assert report["baseline_runtime"] == "horovod"
+    assert report["runtimes"] == ["horovod", "lightcc"]
+    horovod = {p["gpus"]: p for p in report["series"]["horovod"]}
+    assert horovod[16]["speedup"] == pytest.approx(1700 / 124.7)
+    assert horovod[16]["efficiency"] == pytest.approx(1700 / (16 * 124.7))
+    assert horovod[16]["ideal"] == pytest.approx(16 * 124.7)
+    assert horovod[1]["efficiency"] == 1.0
+    lightcc = {p["gpus"]: p for p in report["series"]["lightcc"]}
+    assert lightcc[8]["efficiency"] == pytest.approx(0.95)
+    row16 = report["comparison"][-1]
+    assert row16["gpus"] == 16 and row16["nodes"] == 2
+    assert row16["difference_pct"] == {"lightcc": pytest.approx((1900 / 1700 - 1) * 100)}
+    assert row16["speedup"] == {"horovod": pytest.approx(13.633, abs=1e-3), "lightcc": 15.2}
+
+
+def test_markdown_tables():
+    md = render_markdown(build_report(RESULTS, title="ResNet-50 synthetic"))
+    assert md.startswith("# ResNet-50 synthetic\n")
+    assert "| GPUs | nodes | img/sec | ideal img/sec | speedup | scaling efficiency |" in md
+    assert "| 8 | 1 | 900.0 | 997.6 | 7.22 | 90.2 % |" in md
+    assert "| 16 | 2 | 1700.0 | 1995.2 | 13.63 | 85.2 % |" in md
+    assert "| 16 | 2 | 1900.0 | 2000.0 | 15.20 | 95.0 % |" in md
+    assert "## lightcc vs horovod" in md
+    assert ("| GPUs | nodes | horovod img/sec | lightcc img/sec | lightcc vs horovod | horovod speedup "
+            "| lightcc speedup |") in md
+    assert "| 16 | 2 | 1700.0 | 1900.0 | +11.8 % | 13.63 | 15.20 |" in md
+    assert "| 1 | 1 | 124.7 | 125.0 | +0.2 % | 1.00 | 1.00 |" in md
+
+
+def test_single_runtime_has_no_comparison():
+    report = build_report([r for r in RESULTS if r["runtime"] == "horovod"])
+    assert report["comparison"] == []
+    assert "vs" not in render_markdown(report)
+
+
+def test_missing_one_gpu_baseline_is_reported_not_invented():
+    runs = [{"gpus": 8, "nodes": 1, "runtime": "horovod", "throughput": 900.0},
+            {"gpus": 16, "nodes": 2, "runtime": "horovod", "throughput": 1700.0}]
+    report = build_report(runs)
+    assert all(p["efficiency"] is None and p["speedup"] is None for p in report["series"]["horovod"])
+    md = render_markdown(report)
+    assert "| 8 | 1 | 900.0 | n/a | n/a | n/a |" in md
+    assert "no 1-GPU result" in md
+
+
+def test_title_note_and_unit_from_the_mapping_form():
+    data = {"title": "CPU data-parallel benchmark (sandbox, no GPU)",
+            "note": "numpy forward/backward + MPI allreduce; 'gpus' counts CPU ranks",
+            "results": [{"gpus": 1, "nodes": 1, "runtime": "cpu", "throughput": 50, "unit": "samples/sec"},
+                        {"gpus": 3, "nodes": 3, "runtime": "cpu", "throughput": 135, "unit": "samples/sec"}]}
+    report = build_report(data)
+    md = render_markdown(report)
+    assert md.startswith("# CPU data-parallel benchmark (sandbox, no GPU)")
+    assert "> numpy forward/backward" in md
+    assert "| 3 | 3 | 135.0 | 150.0 | 2.70 | 90.0 % |" in md
+    assert "samples/sec" in md and "img/sec" not in md
+
+
+def test_write_report_writes_json_markdown_and_a_real_png(tmp_path):
+    paths = write_report(RESULTS, tmp_path / "out")
+    assert sorted(p.name for p in paths.values()) == ["report.json", "report.md", "report.png"]
+    data = paths["png"].read_bytes()
+    assert len(data) > 10_000
+    assert png_size(data) == (1100, 450)
+    assert data.endswith(b"IEND\xaeB`\x82")
+    saved = json.loads(paths["json"].read_text())
+    assert saved == json.loads(json.dumps(build_report(RESULTS)))
+    assert paths["markdown"].read_text() == render_markdown(build_report(RESULTS))
+
+
+@pytest.mark.parametrize(("data", "needle"), [
+    ([], "non-empty list"),
+    ({"results": RESULTS, "extra": 1}, "unknown top-level keys"),
+    ([{"gpus": 1, "nodes": 1, "runtime": "x"}], "lacks throughput"),
+    ([{"gpus": 0, "nodes": 1, "runtime": "x", "throughput": 1}], "gpus=0"),
+    ([{"gpus": 2, "nodes": 4, "runtime": "x", "throughput": 1}], "nodes=4 > gpus=2"),
+    ([{"gpus": 1, "nodes": 1, "runtime": "x", "throughput": -1}], "throughput=-1"),
+    ([{"gpus": 1, "nodes": 1, "runtime": "x", "throughput": "fast"}], "throughput='fast'"),
+    ([{"gpus": 1, "nodes": 1, "runtime": "", "throughput": 1}], "runtime must be a name"),
+    (RESULTS + [{"gpus": 8, "nodes": 1, "runtime": "horovod", "throughput": 1.0}], "two results for runtime"),
+    (RESULTS + [{"gpus": 2, "nodes": 1, "runtime": "cpu", "throughput": 1.0, "unit": "samples/sec"}],
+     "mix units"),
+])
+def test_bad_results_are_clear_errors(data, needle):
+    with pytest.raises(ResultsError, match=needle):
+        load_results(data)
+
+
+def test_unknown_baseline_runtime():
+    with pytest.raises(ResultsError, match="baseline runtime 'mxnet'"):
+        build_report(RESULTS, baseline_runtime="mxnet")
+
+
+def test_cli_report_writes_three_files(tmp_path, capsys):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(RESULTS))
+    out = tmp_path / "report"
+    assert main(["report", str(results), "--out-dir", str(out), "--title", "Scaling"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "report.png"]
+    assert (out / "report.md").read_text().startswith("# Scaling\n")
+    assert png_size((out / "report.png").read_bytes()) == (1100, 450)
+
+
+def test_cli_report_bad_input_exits_2(tmp_path, capsys):
+    bad = tmp_path / "results.json"
+    bad.write_text("{not json")
+    assert main(["report", str(bad), "--out-dir", str(tmp_path / "r")]) == 2
+    assert "not valid JSON" in " ".join(capsys.readouterr().err.split())  # rich wraps lines
+    assert main(["report", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path / "r")]) == 2
