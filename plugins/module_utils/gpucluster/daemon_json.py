@@ -1,0 +1,748 @@
+"""Merge, never overwrite, Docker's ``/etc/docker/daemon.json``, and run the checks dockerd
+itself runs when it starts, before the file is written.
+
+Pure functions over text (stdlib only, Python 3.8+: this runs on managed nodes), used by the
+``docker_daemon_json`` module and tested on real captured files (tests/fixtures/docker-daemon-json).
+
+Shapes
+------
+- ``decode(data, path)``: bytes -> str (UTF-8, strict).
+- ``load(text, path)``: str -> dict (the one top-level JSON object; empty file -> ``{}``).
+  Invalid JSON raises ``DaemonJsonError`` with ``.path``, ``.problems`` (list of ``Problem``:
+  1-based line, column, what is wrong, the fix), ``.lineno`` / ``.colno`` of the first problem.
+- ``merge(existing, desired, remove=())``: dict, dict, iterable of dotted paths -> new dict.
+- ``get_path(cfg, path)``: value at a dotted path / key list, None when absent.
+- ``render(cfg, indent=2)``: dict -> text (insertion order kept, trailing newline).
+- ``order_unit_files(paths)``: docker.service + drop-in paths -> the ones systemd applies, in order.
+- ``environment_files(unit_texts)``: -> paths named by ``EnvironmentFile=``.
+- ``dockerd_flags(unit_texts, env_files=None)``: [(path, text)] of docker.service and its drop-ins
+  -> list of ``DockerdFlag`` (name, key, value, source, text), the flags dockerd is started with.
+- ``conflicts(cfg, flags)``: -> list of ``Conflict`` (key, path, flag, source, message).
+- ``missing_runtimes(cfg, which, flags=())``: -> list of ``MissingRuntime`` (name, path, source,
+  default, message).
+
+Sources
+-------
+- Docker daemon configuration overview, docs.docker.com/config/daemon/ ("You can use both of
+  these options together as long as you don't specify the same option both as a flag and in
+  the JSON file. If that happens, the Docker daemon won't start and prints an error message.")
+  and docs.docker.com/config/daemon/troubleshoot/ (the hosts / ``-H fd://`` example of C15).
+- moby daemon/config/config.go (20.10): ``getConflictFreeConfiguration`` reads the file with Go's
+  encoding/json (one value, no comments, no trailing commas, no BOM), ``configValuesSet``
+  flattens nested objects except ``flatOptions``, ``findConfigurationConflicts`` fails with
+  "the following directives are specified both as a flag and in the configuration file: <key>"
+  for every flag that was set on the command line and whose name (or NamedOption name, e.g.
+  ``--add-runtime`` -> ``runtimes``) is a key of the file. ``skipDuplicates = {"runtimes"}``
+  since Docker 18.09 (moby/moby#37871): flag and file runtimes are merged; before that any
+  ``--add-runtime`` plus a ``runtimes`` key refused to start (fixture C17).
+- systemd.service(5) / systemd.unit(5): ``ExecStart=`` (empty) resets the list, ``\\``
+  continues a line, ``$VAR`` as a whole word expands to several words, ``${VAR}`` to one;
+  drop-ins ``<unit>.d/*.conf`` apply in file-name order after the unit file; a unit in
+  /etc/systemd/system masks the same name in /run and /lib (/usr/lib).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import unicodedata
+from collections import namedtuple
+
+Problem = namedtuple("Problem", "line column message fix")
+DockerdFlag = namedtuple("DockerdFlag", "name key value source text")
+Conflict = namedtuple("Conflict", "key path flag source message")
+MissingRuntime = namedtuple("MissingRuntime", "name path source default message")
+
+DEFAULT_PATH = "/etc/docker/daemon.json"
+
+
+class DaemonJsonError(ValueError):
+    """daemon.json cannot be read; the message names the file, line, column, problem and fix."""
+
+    def __init__(self, path, problems, parser_message=""):
+        self.path = path
+        self.problems = list(problems)
+        self.parser_message = parser_message
+        first = self.problems[0] if self.problems else Problem(1, 1, "", "")
+        self.lineno = first.line
+        self.colno = first.column
+        super().__init__(self._format())
+
+    def _format(self):
+        lines = [
+            f"{self.path}: not valid JSON, refusing to edit it (the file is left untouched; "
+            "dockerd would refuse to start with it too)."
+        ]
+        for p in self.problems:
+            lines.append(f"  line {p.line}, column {p.column}: {p.message} Fix: {p.fix}")
+        if self.parser_message:
+            lines.append(f"  (JSON parser: {self.parser_message})")
+        lines.append(f"Correct {self.path} by hand, then rerun.")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# load / decode
+# --------------------------------------------------------------------------------------------
+
+# Typographic quotes that word processors, chat tools and web pages put in place of '"'.
+_SMART_QUOTES = frozenset("\u201c\u201d\u201e\u201f\u2018\u2019\u201a\u201b\u2033\u00ab\u00bb\uff02")
+
+
+def _line_col(text, offset):
+    """1-based (line, column) of ``offset``; columns count characters, as Python's json does."""
+    line = text.count("\n", 0, offset) + 1
+    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return line, col
+
+
+def decode(data, path=DEFAULT_PATH):
+    """UTF-8 bytes -> str; DaemonJsonError naming line/column of the first undecodable byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        head = data[: exc.start].decode("utf-8", errors="replace")
+        line, col = _line_col(head, len(head))
+        raise DaemonJsonError(path, [Problem(
+            line, col, f"byte 0x{data[exc.start]:02x} is not UTF-8 (dockerd reads daemon.json as UTF-8).",
+            "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).",
+        )]) from None
+
+
+def _scan(text):
+    """Problems a JSON lexer would trip on, outside string literals: [(offset, message, fix)].
+
+    Finds comments (``//``, ``/* */``, ``#``), trailing commas before ``}``/``]``, typographic
+    quotes and single quotes. A raw newline ends a string (JSON forbids it) so that one
+    unterminated string does not hide the rest of the file.
+    """
+    found = []
+    smart, single = {}, {}  # line -> [offsets]
+    i, n = 0, len(text)
+    in_string = False
+    last_comma = None
+    while i < n:
+        ch = text[i]
+        if in_string:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch in '"\n':
+                in_string = False
+            i += 1
+            continue
+        if ch == '"':
+            in_string = True
+            last_comma = None
+        elif ch in " \t\r\n":
+            pass
+        elif text.startswith("//", i) or ch == "#":
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            found.append((i, f"comment {text[i:end].strip()!r}; JSON has no comments.",
+                          "delete the comment (or the whole line)."))
+            i = end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            found.append((i, "/* ... */ comment; JSON has no comments.", "delete the comment."))
+            i = n if end < 0 else end + 2
+            continue
+        elif ch in _SMART_QUOTES:
+            smart.setdefault(_line_col(text, i)[0], []).append(i)
+            last_comma = None
+        elif ch == "'":
+            single.setdefault(_line_col(text, i)[0], []).append(i)
+            last_comma = None
+        elif ch == ",":
+            last_comma = i
+        elif ch in "}]":
+            if last_comma is not None:
+                found.append((last_comma, f"trailing comma before '{ch}'; JSON allows no comma after "
+                                          "the last member.", "delete this comma."))
+            last_comma = None
+        else:
+            last_comma = None
+        i += 1
+    for offsets in smart.values():
+        chars = sorted({text[o] for o in offsets})
+        cols = ", ".join(str(_line_col(text, o)[1]) for o in offsets)
+        names = ", ".join(f"{c} U+{ord(c):04X} {unicodedata.name(c, '?')}" for c in chars)
+        plural = "s" if len(offsets) > 1 else ""
+        found.append((offsets[0], f"typographic (\"smart\") quotes at column{plural} {cols} ({names}) "
+                                  "instead of ASCII \".",
+                      "retype them as plain double quotes \" (an editor or chat tool replaced them)."))
+    for offsets in single.values():
+        cols = ", ".join(str(_line_col(text, o)[1]) for o in offsets)
+        found.append((offsets[0], f"single quotes (') at column{'s' if len(offsets) > 1 else ''} {cols}; "
+                                  "JSON strings and keys need double quotes.", "replace ' with \"."))
+    return sorted(found)
+
+
+def load(text, path=DEFAULT_PATH):
+    """Parse daemon.json text into a dict, or raise ``DaemonJsonError`` that says exactly why not.
+
+    Empty or whitespace-only text is ``{}`` (dockerd does the same: bytes.TrimSpace, len 0).
+    Refused, each with line and column: two JSON objects one after the other (the typical result
+    of ``cat >> daemon.json``), typographic quotes, trailing commas, comments, single quotes, a
+    UTF-8 byte order mark, a top level that is not an object, any other JSON syntax error.
+    """
+    if not text.strip():
+        return {}
+    problems = []
+    body = text
+    if text.startswith("\ufeff"):
+        problems.append(Problem(1, 1, "UTF-8 byte order mark (BOM) at the start; dockerd's Go JSON "
+                                      "parser rejects it.", "save the file as UTF-8 without BOM."))
+        body = " " + text[1:]  # same length, so offsets stay those of ``text``
+    try:
+        cfg = json.loads(body)
+    except json.JSONDecodeError as exc:
+        parser = f"{exc.msg}: line {exc.lineno} column {exc.colno}"
+        specific = []
+        if exc.msg.startswith("Extra data"):
+            start = len(body) - len(body.lstrip())
+            _, end = json.JSONDecoder().raw_decode(body, start)
+            end_line, end_col = _line_col(body, end - 1)
+            if body[exc.pos] == "{":
+                specific.append((
+                    exc.pos,
+                    f"a second JSON object starts here; the first one ended at line {end_line}, column "
+                    f"{end_col}. daemon.json must hold exactly one object (two usually come from `>>`).",
+                    "merge the keys of both objects into the first {...} and delete the second.",
+                ))
+            else:
+                specific.append((
+                    exc.pos,
+                    f"text after the end of the JSON object (it ended at line {end_line}, column {end_col}).",
+                    "delete it, or move it inside the object.",
+                ))
+        specific.extend(_scan(body))
+        if not specific:
+            specific.append((exc.pos, exc.msg + ".", "correct the JSON syntax here (look for a missing "
+                                                     "comma, brace or double quote just before it)."))
+        for off, msg, fix in sorted(set(specific)):
+            line, col = _line_col(body, off)
+            problems.append(Problem(line, col, msg, fix))
+        raise DaemonJsonError(path, problems, parser) from None
+    if problems:
+        raise DaemonJsonError(path, problems)
+    if not isinstance(cfg, dict):
+        start = len(text) - len(text.lstrip())
+        line, col = _line_col(text, start)
+        raise DaemonJsonError(path, [Problem(
+            line, col, f"the top level is a JSON {type(cfg).__name__}, dockerd needs one object {{...}}.",
+            "wrap the settings in { }.",
+        )])
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# merge / render
+# --------------------------------------------------------------------------------------------
+
+
+def _split_path(path):
+    if isinstance(path, (list, tuple)):
+        return [str(p) for p in path]
+    return str(path).split(".")
+
+
+def get_path(cfg, path):
+    """Value at ``path`` (dotted string or sequence of keys) in ``cfg``, or None when absent."""
+    node = cfg
+    parts = _split_path(path)
+    while parts:
+        if not isinstance(node, dict):
+            return None
+        for i in range(len(parts), 0, -1):
+            key = ".".join(parts[:i])
+            if key in node:
+                node, parts = node[key], parts[i:]
+                break
+        else:
+            return None
+    return node
+
+
+def _merge_into(dst, src):
+    for key, value in src.items():
+        if key in dst and isinstance(dst[key], dict) and isinstance(value, dict):
+            _merge_into(dst[key], value)
+        elif key in dst and isinstance(dst[key], list) and isinstance(value, list):
+            for item in value:
+                if item not in dst[key]:
+                    dst[key].append(copy.deepcopy(item))
+        else:
+            dst[key] = copy.deepcopy(value)
+
+
+def _remove(node, parts):
+    """Delete ``parts`` from ``node``; prune the objects this empties. True if something went."""
+    if not isinstance(node, dict):
+        return False
+    for i in range(len(parts), 0, -1):
+        key = ".".join(parts[:i])
+        if key not in node:
+            continue
+        if i == len(parts):
+            del node[key]
+            return True
+        child = node[key]
+        if _remove(child, parts[i:]):
+            if not child:
+                del node[key]
+            return True
+    return False
+
+
+def merge(existing, desired, remove=()):
+    """New dict = ``existing`` with ``desired`` merged in and ``remove`` taken out; inputs untouched.
+
+    Rules: objects merge recursively; lists become the union, existing items first in their
+    order, then the new items of ``desired`` not already present; for anything else (scalars,
+    or a type change) ``desired`` wins. Keys only in ``existing`` (what the user or another
+    package put there) are kept, in their order; new keys follow in ``desired``'s order.
+
+    ``remove`` is applied after the merge: each entry is a dotted path (``"runtimes.nvidia"``)
+    or a list of keys. Keys that contain dots themselves (runtime names such as
+    ``io.containerd.runsc.v1``) are matched longest-first. An object left empty by a removal is
+    removed too (``runtimes: {}`` would still count as a ``runtimes`` key for dockerd < 18.09).
+    """
+    if not isinstance(existing, dict) or not isinstance(desired, dict):
+        raise TypeError("merge() needs two dicts (the daemon.json top level is an object)")
+    out = copy.deepcopy(existing)
+    _merge_into(out, desired)
+    for path in remove:
+        _remove(out, _split_path(path))
+    return out
+
+
+def render(cfg, indent=2):
+    """daemon.json text: ``indent`` spaces, keys in insertion order, UTF-8 kept, final newline.
+
+    Deterministic for a given dict, so a rerun renders byte-identical text and changes nothing.
+    """
+    return json.dumps(cfg, indent=indent, ensure_ascii=False) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# systemd units -> dockerd flags
+# --------------------------------------------------------------------------------------------
+
+# dockerd flags whose daemon.json key differs from the flag name (opts.NamedOption in moby:
+# the key is the option's Name()). Every other flag's key is its long name (--data-root ->
+# "data-root", --default-runtime, --log-driver, --storage-driver, --default-shm-size ...).
+FLAG_KEYS = {
+    "add-runtime": "runtimes",
+    "allow-nondistributable-artifacts": "allow-nondistributable-artifacts",
+    "authorization-plugin": "authorization-plugins",
+    "cdi-spec-dir": "cdi-spec-dirs",
+    "cluster-store-opt": "cluster-store-opts",
+    "default-address-pool": "default-address-pools",
+    "default-ulimit": "default-ulimits",
+    "dns-opt": "dns-opts",
+    "exec-opt": "exec-opts",
+    "feature": "features",
+    "host": "hosts",
+    "insecure-registry": "insecure-registries",
+    "label": "labels",
+    "log-opt": "log-opts",
+    "node-generic-resource": "node-generic-resources",
+    "registry-mirror": "registry-mirrors",
+    "storage-opt": "storage-opts",
+}
+# dockerd shorthands (dockerd --help, Docker 20.10).
+SHORT_FLAGS = {"H": "host", "s": "storage-driver", "g": "graph", "b": "bridge", "D": "debug",
+               "l": "log-level", "G": "group", "p": "pidfile", "v": "version", "h": "help"}
+# Flags that take no separate value (``--flag`` or ``--flag=false``).
+BOOL_FLAGS = frozenset((
+    "cri-containerd", "debug", "experimental", "help", "icc", "init", "ip-forward", "ip-forward-no-drop",
+    "ip-masq", "ip6tables", "iptables", "ipv6", "live-restore", "no-new-privileges", "raw-logs",
+    "rootless", "selinux-enabled", "tls", "tlsverify", "userland-proxy", "validate", "version",
+    "disable-legacy-registry", "allow-direct-routing", "bridge-accept-fwmark",
+))
+# Value flags whose value may start with '-'.
+_NEGATIVE_VALUES = frozenset(("oom-score-adjust", "cpu-rt-period", "cpu-rt-runtime", "mtu"))
+# Flags that are not daemon.json settings.
+NOT_CONFIG = frozenset(("config-file", "help", "version", "validate"))
+# Objects dockerd does NOT flatten before the conflict check (flatOptions, config.go).
+FLAT_OPTIONS = frozenset(("cluster-store-opts", "log-opts", "runtimes", "default-ulimits", "features",
+                          "builder", "default-network-opts"))
+# Runtimes dockerd always has; "runc" is reserved (config.go StockRuntimeName, builtinRuntimes).
+BUILTIN_RUNTIMES = frozenset(("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux"))
+
+_VAR_WORD = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_VAR_BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _pairs(unit_texts):
+    if isinstance(unit_texts, dict):
+        return list(unit_texts.items())
+    return [(p, t) for p, t in unit_texts]
+
+
+def _logical_lines(text):
+    """(first line number, line) after comments are dropped and ``\\`` continuations joined."""
+    buf, start = None, 0
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith(("#", ";")) or (not line and buf is None):
+            continue
+        if buf is None:
+            start = no
+        if line.endswith("\\"):
+            buf = (buf or "") + line[:-1] + " "
+            continue
+        yield start, (buf or "") + line
+        buf = None
+    if buf is not None:
+        yield start, buf
+
+
+def _assignments(text):
+    """(section, key, value, line) of a unit file. Lines before any [Section] count as [Service],
+    so ``grep dockerd`` excerpts of a drop-in read like the file they came from."""
+    section = None
+    for no, line in _logical_lines(text):
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        key, eq, value = line.partition("=")
+        if eq:
+            yield section, key.strip(), value.strip(), no
+
+
+def _split_words(value):
+    """systemd word splitting: whitespace separates, "..." and '...' group, backslash escapes.
+    Returns [(word, quoted)]."""
+    words, cur, quoted, quote, in_word = [], [], False, None, False
+    i = 0
+    while i < len(value):
+        ch = value[i]
+        if quote:
+            if ch == "\\" and i + 1 < len(value):
+                cur.append(value[i + 1])
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+            else:
+                cur.append(ch)
+        elif ch in " \t":
+            if in_word:
+                words.append(("".join(cur), quoted))
+                cur, quoted, in_word = [], False, False
+        elif ch in "\"'":
+            quote, quoted, in_word = ch, True, True
+        elif ch == "\\" and i + 1 < len(value):
+            cur.append(value[i + 1])
+            in_word = True
+            i += 2
+            continue
+        else:
+            cur.append(ch)
+            in_word = True
+        i += 1
+    if in_word:
+        words.append(("".join(cur), quoted))
+    return words
+
+
+def _parse_env_file(text):
+    """KEY=VALUE lines of a systemd EnvironmentFile (comments, quotes, continuations)."""
+    out = {}
+    for _, line in _logical_lines(text):
+        key, eq, value = line.partition("=")
+        if not eq:
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def environment_files(unit_texts):
+    """Paths named by ``EnvironmentFile=`` in the units (leading ``-`` = optional, stripped)."""
+    out = []
+    for _, text in _pairs(unit_texts):
+        for section, key, value, _ in _assignments(text):
+            if section in (None, "Service") and key == "EnvironmentFile" and value:
+                path = value.lstrip("-").strip()
+                if path not in out:
+                    out.append(path)
+    return out
+
+
+def order_unit_files(paths):
+    """Order docker.service files the way systemd applies them: the one effective unit file
+    (/etc/systemd/system over /run over /usr/local/lib, /usr/lib, /lib; other directories
+    after those, in the order given), then drop-ins (``*.conf``) sorted by file name, a drop-in in
+    a higher-precedence directory masking one with the same name."""
+    rank_dirs = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+                 "/usr/lib/systemd/system", "/lib/systemd/system")
+
+    def rank(path, index):
+        d = os.path.dirname(path)
+        if path.endswith(".conf"):
+            d = os.path.dirname(d)
+        return (rank_dirs.index(d) if d in rank_dirs else len(rank_dirs), index)
+
+    units = sorted((rank(p, i), p) for i, p in enumerate(paths) if not p.endswith(".conf"))
+    dropins = {}
+    for i, p in enumerate(paths):
+        if p.endswith(".conf"):
+            name = os.path.basename(p)
+            if name not in dropins or rank(p, i) < dropins[name][0]:
+                dropins[name] = (rank(p, i), p)
+    return [p for _, p in units[:1]] + [dropins[n][1] for n in sorted(dropins)]
+
+
+def _exec_args(value, env, source):
+    """ExecStart value -> [(arg, source)] after the binary, or None when it does not run dockerd."""
+    words = _split_words(value)
+    if not words:
+        return None
+    first = words[0][0]
+    prefix = re.match(r"^[-@:+!]*", first).group(0)
+    first = first[len(prefix):]
+    rest = words[1:]
+    if "@" in prefix and rest:
+        rest = rest[1:]  # '@': the next word is argv[0], not an argument
+    base = os.path.basename(first)
+    if base == "docker" and rest and rest[0][0] == "daemon":
+        rest = rest[1:]  # Docker < 1.12: `docker daemon ...`
+    elif not base.startswith("dockerd"):
+        return None
+    args = []
+    for word, quoted in rest:
+        m = _VAR_WORD.match(word)
+        if m and not quoted:
+            val, src = env.get(m.group(1), ("", source))
+            args.extend((w, src) for w, _ in _split_words(val))
+            continue
+        src = source
+        for name in _VAR_BRACED.findall(word):
+            if name in env:
+                src = env[name][1]
+        word = _VAR_BRACED.sub(lambda mm: env.get(mm.group(1), ("", ""))[0], word)
+        if word:
+            args.append((word, src))
+    return args
+
+
+def _parse_flags(args):
+    """pflag parsing of dockerd arguments: --name=v, --name v, -Hv, -H v, -H=v, bool flags."""
+    out = []
+    i = 0
+    while i < len(args):
+        arg, src = args[i]
+        i += 1
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            text = arg
+        elif arg.startswith("-") and len(arg) > 1:
+            name = SHORT_FLAGS.get(arg[1], arg[1])
+            rest = arg[2:]
+            eq, value, text = "", "", arg
+            if rest.startswith("="):
+                eq, value = "=", rest[1:]
+            elif rest and name not in BOOL_FLAGS:
+                eq, value = "=", rest
+        else:
+            continue  # positional argument
+        if not eq:
+            if name in BOOL_FLAGS:
+                value = "true"
+            elif i < len(args) and (name in _NEGATIVE_VALUES or not args[i][0].startswith("-")):
+                value = args[i][0]
+                text = f"{arg} {value}"
+                i += 1
+            else:
+                value = ""
+        key = None if name in NOT_CONFIG else FLAG_KEYS.get(name, name)
+        out.append(DockerdFlag(name, key, value, src, text))
+    return out
+
+
+def dockerd_flags(unit_texts, env_files=None):
+    """Flags dockerd gets from docker.service and its drop-ins.
+
+    ``unit_texts``: [(path, text)] (or an ordered dict) in systemd order, see
+    ``order_unit_files``; ``env_files``: {path: text} of the ``EnvironmentFile=`` files (see
+    ``environment_files``). ``ExecStart=`` with an empty value resets the command list; every
+    remaining ExecStart that runs dockerd counts (systemd refuses two for Type=notify, so more
+    than one means the drop-in forgot the reset line; all their flags are kept, erring on the side
+    of reporting a conflict). Returns ``DockerdFlag(name, key, value, source, text)``: long flag
+    name, daemon.json key (None for --config-file and the like), value (``"true"`` for a bare
+    bool flag), the file it came from (the EnvironmentFile when it came through ``$VAR``), and
+    the flag as written.
+    """
+    env_files = env_files or {}
+    plain, from_files, execs = {}, {}, []
+    for path, text in _pairs(unit_texts):
+        for section, key, value, _ in _assignments(text):
+            if section not in (None, "Service"):
+                continue
+            if key == "ExecStart":
+                if value:
+                    execs.append((value, path))
+                else:
+                    execs = []
+            elif key == "Environment":
+                for word, _ in _split_words(value):
+                    name, eq, val = word.partition("=")
+                    if eq:
+                        plain[name] = (val, path)
+            elif key == "EnvironmentFile" and value:
+                name = value.lstrip("-").strip()
+                if name in env_files:
+                    for k, v in _parse_env_file(env_files[name]).items():
+                        from_files[k] = (v, name)
+    env = dict(plain)
+    env.update(from_files)
+    flags = []
+    for value, path in execs:
+        args = _exec_args(value, env, path)
+        if args is not None:
+            flags.extend(_parse_flags(args))
+    return flags
+
+
+# --------------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------------
+
+
+def _flatten_like_dockerd(cfg):
+    """{key dockerd sees: path in cfg}: nested objects are flattened one level unless flat."""
+    out = {}
+    for key, value in cfg.items():
+        if isinstance(value, dict) and key not in FLAT_OPTIONS:
+            for inner in value:
+                out[inner] = (key, inner)
+        else:
+            out[key] = (key,)
+    return out
+
+
+def _remove_flag_fix(flag):
+    if flag.source.endswith(".conf"):
+        where = f"remove {flag.text} from the drop-in {flag.source} (then `systemctl daemon-reload`)"
+    elif "/systemd/" in flag.source or flag.source.endswith(".service"):
+        where = (f"override ExecStart in a drop-in (/etc/systemd/system/docker.service.d/*.conf: "
+                 f"`ExecStart=` then the command without {flag.text}; then `systemctl daemon-reload`)")
+    else:
+        where = f"remove {flag.text} from {flag.source}"
+    return where
+
+
+def conflicts(cfg, flags):
+    """daemon.json keys that dockerd also gets as a command-line flag -> ``Conflict`` list.
+
+    dockerd refuses to start on these: "unable to configure the Docker daemon with file
+    /etc/docker/daemon.json: the following directives are specified both as a flag and in the
+    configuration file: <key>". ``runtimes`` is the exception since Docker 18.09 (flag and file
+    runtimes are merged), so only a runtime *name* defined in both places is reported: Docker
+    < 18.09 refuses to start, later versions keep one of the two definitions silently.
+    ``Conflict.path`` is the key path in ``cfg`` (``("runtimes", "nvidia")``, ``("hosts",)``).
+    """
+    present = _flatten_like_dockerd(cfg)
+    groups = {}  # (path, source) -> [flags], so -H a -H b in one file is one conflict
+    for flag in flags:
+        if flag.key is None:
+            continue
+        if flag.key == "runtimes":
+            name = flag.value.partition("=")[0]
+            runtimes = cfg.get("runtimes")
+            if not isinstance(runtimes, dict) or name not in runtimes:
+                continue
+            path = ("runtimes", name)
+        elif flag.key in present:
+            path = present[flag.key]
+        else:
+            continue
+        groups.setdefault((path, flag.source), []).append(flag)
+    out = []
+    for (path, source), group in groups.items():
+        key = group[0].key
+        text = " ".join(f.text for f in group)
+        fix = _remove_flag_fix(group[0]._replace(text=text))
+        dotted = ".".join(path)
+        if key == "runtimes":
+            message = (
+                f"runtime '{path[1]}' is defined twice: in daemon.json ({dotted}) and by the dockerd "
+                f"flag {text} in {source}. Docker < 18.09 refuses to start (\"the following "
+                "directives are specified both as a flag and in the configuration file: runtimes\"); later "
+                f"versions merge both and silently keep only one definition. Fix: define it in one place: "
+                f"{fix}, or remove {dotted} from daemon.json (remove_keys: ['{dotted}'])."
+            )
+        else:
+            message = (
+                f"daemon.json key '{dotted}' is also set by the dockerd flag {text} in {source}; "
+                f"dockerd refuses to start (\"the following directives are specified both as a flag and "
+                f"in the configuration file: {key}\"). Fix: {fix}, or remove "
+                f"'{dotted}' from daemon.json (remove_keys: ['{dotted}'])."
+            )
+        out.append(Conflict(key, path, text, source, message))
+    return out
+
+
+def missing_runtimes(cfg, which, flags=()):
+    """Runtimes the config uses whose binary ``which(path)`` cannot find -> ``MissingRuntime`` list.
+
+    Looks at ``default-runtime`` and every ``runtimes.<name>.path`` in ``cfg``, plus
+    ``--add-runtime name=path`` / ``--default-runtime`` among ``flags`` (a daemon.json entry wins
+    over a flag of the same name). ``which`` is ``shutil.which``-like: path or bare name -> path
+    or None. dockerd starts fine without the binary, then every ``docker run`` using the runtime
+    fails: 'exec: "nvidia-container-runtime": executable file not found in $PATH' (fixture C19),
+    and with it as ``default-runtime`` that is every container. A default runtime that is not
+    defined at all stops dockerd ("specified default runtime '<name>' does not exist").
+    Runtimes given by ``runtimeType`` (containerd shims, Docker >= 23) have no path to check.
+    """
+    defined = {}
+    runtimes = cfg.get("runtimes")
+    if isinstance(runtimes, dict):
+        for name, spec in runtimes.items():
+            path = spec.get("path") if isinstance(spec, dict) else None
+            defined[name] = (path, "daemon.json")
+    default, default_source = cfg.get("default-runtime"), "daemon.json"
+    for flag in flags:
+        if flag.key == "runtimes":
+            name, _, path = flag.value.partition("=")
+            if name and name not in defined:
+                defined[name] = (path or None, flag.source)
+        elif flag.key == "default-runtime" and not default:
+            default, default_source = flag.value, flag.source
+    out = []
+    if default and default not in BUILTIN_RUNTIMES and default not in defined:
+        out.append(MissingRuntime(default, None, default_source, True, (
+            f"default-runtime '{default}' ({default_source}) is not defined in runtimes nor by "
+            f"--add-runtime: dockerd refuses to start (\"specified default runtime '{default}' does not "
+            f"exist\"). Fix: add runtimes.{default}.path, or remove default-runtime "
+            "(remove_keys: ['default-runtime'])."
+        )))
+    for name, (path, source) in defined.items():
+        if not path or which(path):
+            continue
+        is_default = name == default
+        if is_default:
+            effect = "it is the default-runtime, so EVERY `docker run` fails"
+        else:
+            effect = f"`docker run --runtime {name}` fails"
+        if source == "daemon.json":
+            keys = [f"runtimes.{name}"] + (["default-runtime"] if is_default else [])
+            undo = f"remove {' and '.join(keys)} from daemon.json (remove_keys: {keys!r})"
+        else:
+            undo = f"remove --add-runtime={name}=... from {source}"
+        out.append(MissingRuntime(name, path, source, is_default, (
+            f"runtime '{name}' ({source}) points to '{path}', which is not an executable on dockerd's PATH; "
+            f"{effect} with 'exec: \"{path}\": executable file not found in $PATH'. Fix: install it "
+            f"(for nvidia: the NVIDIA Container Toolkit), or {undo}."
+        )))
+    return out

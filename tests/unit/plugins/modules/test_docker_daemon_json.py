@@ -1,0 +1,298 @@
+"""docker_daemon_json module: main() with patched module args on files under tmp_path.
+
+Covers the end-to-end behaviour the fixtures ask for: C15 merged and kept (first run changes,
+second run does not, backup of the original), C16 refused with its line number and the file
+untouched, C17 a key set by a drop-in flag refused before writing, C19 a default runtime whose
+binary is missing refused before writing; plus check mode, diff, mode and dockerd --validate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+
+import docker_daemon_json
+import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster.daemon_json import load, render
+from ansible.module_utils.testing import patch_module_args
+
+from tests.conftest import fixture_text
+
+D = "docker-daemon-json/"
+C15 = D + "C15_daemon_json_existing_keys_must_be_preserved"
+C16 = D + "C16_daemon_json_two_objects_smart_quotes_plus_dropin_runtime"
+C17 = D + "C17_dockerd_flag_vs_daemon_json_conflict_dgx_dropin"
+NVIDIA_RUNTIME = {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}}
+# ExecStart of Debian 12's docker.io 20.10.24 unit (/lib/systemd/system/docker.service).
+DEBIAN12_UNIT = (
+    "[Service]\nType=notify\nEnvironmentFile=-/etc/default/docker\n"
+    "ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $DOCKER_OPTS\n"
+)
+TOOLKIT = "/usr/bin/nvidia-container-runtime"
+
+
+def body(relpath):
+    """The captured file below the `$ sudo cat <path>` prompt line."""
+    return fixture_text(relpath).partition("\n")[2]
+
+
+@pytest.fixture(autouse=True)
+def no_real_dockerd(monkeypatch):
+    """Never run the dockerd of the test machine; tests that need one fake it."""
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: None)
+
+
+@pytest.fixture
+def toolkit(monkeypatch):
+    """The NVIDIA Container Toolkit's runtime binary counts as installed (absent on the test machine)."""
+    real = shutil.which
+
+    def which(name, mode=os.F_OK | os.X_OK, path=None):
+        return name if name == TOOLKIT else real(name, mode=mode, path=path)
+
+    monkeypatch.setattr(docker_daemon_json.shutil, "which", which)
+
+
+@pytest.fixture
+def run(tmp_path, capsys, monkeypatch):
+    seen = []
+    real_warn = AnsibleModule.warn
+
+    def warn(self, warning, **kwargs):
+        # Recorded here because ansible-core routes module warnings to the controller's display
+        # instead of the result once any test in the session has loaded controller code.
+        seen.append(warning)
+        real_warn(self, warning, **kwargs)
+
+    monkeypatch.setattr(AnsibleModule, "warn", warn)
+
+    def _run(check_mode=False, diff=False, **args):
+        del seen[:]
+        args.setdefault("unit_paths", [])
+        args.update(_ansible_check_mode=check_mode, _ansible_diff=diff,
+                    _ansible_remote_tmp=str(tmp_path / "remote-tmp"), _ansible_keep_remote_files=False)
+        with patch_module_args(args), pytest.raises(SystemExit) as ei:
+            docker_daemon_json.main()
+        result = json.loads(capsys.readouterr().out)
+        assert (ei.value.code != 0) == bool(result.get("failed")), result
+        result["warning_texts"] = list(seen)
+        return result
+    return _run
+
+
+def backups(path):
+    return sorted(p for p in os.listdir(path.parent) if p.startswith(path.name + ".") and p.endswith("~"))
+
+
+def write(path, text, mode=0o644):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+def test_c15_first_run_merges_keeps_hosts_and_backs_up_then_rerun_changes_nothing(run, tmp_path, toolkit):
+    original = fixture_text(C15 + ".1-daemon-json-before.txt")
+    path = write(tmp_path / "etc/docker/daemon.json", original)
+
+    first = run(path=str(path), settings=NVIDIA_RUNTIME)
+    expected = load(fixture_text(C15 + ".3-daemon-json-expected-by-reporter.txt"))
+    assert first["changed"] is True
+    assert first["config"] == expected
+    assert load(path.read_text()) == expected
+    assert path.read_text() == render(expected)
+    assert first["backup_file"] and os.path.basename(first["backup_file"]) in backups(path)
+    with open(first["backup_file"], encoding="utf-8") as f:
+        assert f.read() == original
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert first["validation"] == "module checks only: dockerd not found"
+
+    written = path.read_bytes()
+    second = run(path=str(path), settings=NVIDIA_RUNTIME)
+    assert second["changed"] is False
+    assert second["backup_file"] == ""
+    assert path.read_bytes() == written
+    assert len(backups(path)) == 1
+
+
+def test_c15_hosts_vs_stock_unit_is_a_warning_or_with_option_a_failure(run, tmp_path, toolkit):
+    path = write(tmp_path / "daemon.json", fixture_text(C15 + ".1-daemon-json-before.txt"))
+    unit = write(tmp_path / "lib/systemd/system/docker.service", DEBIAN12_UNIT)
+
+    strict = run(path=str(path), settings=NVIDIA_RUNTIME, unit_paths=[str(unit)],
+                 fail_on_existing_conflicts=True)
+    assert strict["failed"] is True
+    assert "'hosts' is also set by the dockerd flag -H fd://" in strict["msg"]
+    assert path.read_text() == fixture_text(C15 + ".1-daemon-json-before.txt")
+
+    result = run(path=str(path), settings=NVIDIA_RUNTIME, unit_paths=[str(unit)])
+    assert result["changed"] is True
+    assert any("already had this before the run" in w and "-H fd://" in w and str(unit) in w
+               for w in result["warning_texts"])
+    assert result["dockerd_flags"][0] == {"name": "host", "key": "hosts", "value": "fd://",
+                                          "source": str(unit), "text": "-H fd://"}
+
+
+def test_check_mode_writes_nothing_and_shows_the_diff(run, tmp_path, toolkit):
+    original = fixture_text(C15 + ".1-daemon-json-before.txt")
+    path = write(tmp_path / "daemon.json", original)
+    mtime = path.stat().st_mtime_ns
+
+    result = run(check_mode=True, diff=True, path=str(path), settings=NVIDIA_RUNTIME)
+    assert result["changed"] is True
+    assert result["diff"]["before"] == original
+    assert result["diff"]["after"] == render(result["config"])
+    assert result["backup_file"] == ""
+    assert path.read_text() == original and path.stat().st_mtime_ns == mtime
+    assert os.listdir(tmp_path) == ["daemon.json"]
+
+
+def test_check_mode_does_not_create_a_missing_file(run, tmp_path, toolkit):
+    path = tmp_path / "etc/docker/daemon.json"
+    result = run(check_mode=True, path=str(path), settings=NVIDIA_RUNTIME)
+    assert result["changed"] is True
+    assert not path.parent.exists()
+
+
+def test_missing_file_is_created_with_mode(run, tmp_path, toolkit):
+    path = tmp_path / "etc/docker/daemon.json"
+    result = run(path=str(path), settings=NVIDIA_RUNTIME, mode="0640")
+    assert result["changed"] is True and result["backup_file"] == ""
+    assert load(path.read_text()) == NVIDIA_RUNTIME
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert run(path=str(path), settings=NVIDIA_RUNTIME, mode="0640")["changed"] is False
+
+
+def test_mode_alone_is_a_change(run, tmp_path, toolkit):
+    path = write(tmp_path / "daemon.json", render(NVIDIA_RUNTIME), mode=0o600)
+    result = run(path=str(path), settings=NVIDIA_RUNTIME)
+    assert result["changed"] is True
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert path.read_text() == render(NVIDIA_RUNTIME)
+    assert backups(path) == []
+
+
+def test_formatting_only_difference_is_left_alone(run, tmp_path, toolkit):
+    text = '{"runtimes":{"nvidia":{"runtimeArgs":[],"path":"/usr/bin/nvidia-container-runtime"}}}\n'
+    path = write(tmp_path / "daemon.json", text)
+    assert run(path=str(path), settings=NVIDIA_RUNTIME)["changed"] is False
+    assert path.read_text() == text
+
+
+def test_c16_invalid_json_refused_with_line_number_file_untouched(run, tmp_path):
+    text = body(C16 + ".2-etc-docker-daemon-json.txt")
+    path = write(tmp_path / "daemon.json", text)
+    before = path.read_bytes()
+
+    result = run(path=str(path), settings=NVIDIA_RUNTIME)
+    assert result["failed"] is True
+    assert (result["line"], result["column"]) == (9, 1)
+    assert f"{path}: not valid JSON, refusing to edit it" in result["msg"]
+    assert "line 9, column 1: a second JSON object" in result["msg"]
+    assert "line 10, column 4: typographic" in result["msg"]
+    assert [[p["line"], p["column"]] for p in result["problems"]] == [[9, 1], [10, 4]]
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["daemon.json"]  # no backup, no temp file
+
+
+def test_c16_runtime_added_while_the_dropin_adds_it_too_is_refused(run, tmp_path, toolkit):
+    dropin = write(tmp_path / "etc/systemd/system/docker.service.d/override.conf",
+                   body(C16 + ".1-systemd-drop-in-override-conf.txt"))
+    path = write(tmp_path / "daemon.json", '{"dns": ["192.0.2.53"]}\n')
+    result = run(path=str(path), settings=NVIDIA_RUNTIME, unit_paths=[str(dropin.parent)])
+    assert result["failed"] is True
+    assert "runtime 'nvidia' is defined twice" in result["msg"]
+    assert str(dropin) in result["msg"]
+    assert path.read_text() == '{"dns": ["192.0.2.53"]}\n'
+
+
+@pytest.mark.parametrize(("settings", "refused"), [
+    (NVIDIA_RUNTIME, None),
+    (dict(NVIDIA_RUNTIME, **{"default-runtime": "nvidia"}), None),
+    ({"storage-driver": "overlay2"}, "storage-driver"),
+    ({"default-shm-size": "1G"}, "default-shm-size"),
+    ({"hosts": ["unix:///var/run/docker.sock"]}, "hosts"),
+])
+def test_c17_dgx_dropin_flags_refuse_their_keys_before_writing(run, tmp_path, settings, refused):
+    dropin = write(tmp_path / "etc/systemd/system/docker.service.d/docker-override.conf",
+                   body(C17 + ".2-dgx-os-docker-drop-in.txt"))
+    path = write(tmp_path / "daemon.json", '{"log-driver": "json-file"}\n')
+    runtime = tmp_path / "usr/bin/nvidia-container-runtime"
+    write(runtime, "#!/bin/sh\n", mode=0o755)
+    settings = json.loads(json.dumps(settings).replace("/usr/bin/nvidia-container-runtime", str(runtime)))
+
+    result = run(path=str(path), settings=settings, unit_paths=[str(dropin.parent)])
+    if refused is None:
+        assert result["changed"] is True
+        assert load(path.read_text()) == dict({"log-driver": "json-file"}, **settings)
+    else:
+        assert result["failed"] is True
+        assert f"specified both as a flag and in the configuration file: {refused}" in result["msg"]
+        assert f"the drop-in {dropin}" in result["msg"]
+        assert path.read_text() == '{"log-driver": "json-file"}\n'
+        assert backups(path) == []
+
+
+def test_c19_default_runtime_without_binary_refused_before_writing(run, tmp_path):
+    path = write(tmp_path / "daemon.json", '{"log-driver": "json-file"}\n')
+    missing = tmp_path / "usr/bin/nvidia-container-runtime"
+    settings = {"default-runtime": "nvidia",
+                "runtimes": {"nvidia": {"path": str(missing), "runtimeArgs": []}}}
+
+    result = run(path=str(path), settings=settings)
+    assert result["failed"] is True
+    assert "EVERY `docker run` fails" in result["msg"]
+    assert f'exec: "{missing}": executable file not found in $PATH' in result["msg"]
+    assert path.read_text() == '{"log-driver": "json-file"}\n'
+
+    write(missing, "#!/bin/sh\n", mode=0o755)
+    assert run(path=str(path), settings=settings)["changed"] is True
+
+    unchecked = run(path=str(tmp_path / "other.json"), settings=dict(settings, **{"default-runtime": "x"}),
+                    check_runtimes=False)
+    assert unchecked["changed"] is True
+
+
+def test_c19_rollback_removes_runtime_and_default(run, tmp_path):
+    cfg = {"hosts": ["unix:///var/run/docker.sock"], "default-runtime": "nvidia",
+           "runtimes": {"nvidia": {"path": "/nonexistent/nvidia-container-runtime"}}}
+    path = write(tmp_path / "daemon.json", json.dumps(cfg))
+    result = run(path=str(path), remove_keys=["default-runtime", "runtimes.nvidia"])
+    assert result["changed"] is True
+    assert load(path.read_text()) == {"hosts": ["unix:///var/run/docker.sock"]}
+
+
+def test_dockerd_validate_is_used_when_dockerd_has_it(run, tmp_path, monkeypatch):
+    path = write(tmp_path / "daemon.json", "{}\n")
+    calls = []
+
+    def run_command(self, args, **kwargs):
+        calls.append(list(args))
+        if args[1] == "--help":
+            return 0, "      --validate    Validate daemon configuration and exit\n", ""
+        with open(args[3], encoding="utf-8") as f:
+            assert json.load(f) == {"log-level": "loud"}
+        err = f"unable to configure the Docker daemon with file {args[3]}: invalid logging level: loud\n"
+        return 1, "", err
+
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/dockerd")
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    result = run(path=str(path), settings={"log-level": "loud"})
+    assert result["failed"] is True
+    assert f"dockerd --validate rejected the merged {path}" in result["msg"]
+    assert f"with file {path}: invalid logging level: loud" in result["msg"]
+    assert [c[1] for c in calls] == ["--help", "--validate"]
+    assert path.read_text() == "{}\n"
+
+
+def test_dockerd_without_validate_relies_on_module_checks(run, tmp_path, monkeypatch):
+    path = write(tmp_path / "daemon.json", "{}\n")
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/sbin/dockerd")
+    help_20_10 = "  -H, --host list   Daemon socket(s) to connect to\n"
+    monkeypatch.setattr(AnsibleModule, "run_command", lambda self, args, **kw: (0, help_20_10, ""))
+    result = run(path=str(path), settings={"log-level": "warn"})
+    assert result["changed"] is True
+    assert result["validation"] == "module checks only: dockerd has no --validate (Docker < 23.0)"
