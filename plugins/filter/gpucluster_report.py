@@ -7,6 +7,14 @@ import json
 import os
 import sys
 
+import ansible.module_utils
+
+try:
+    from ansible.module_utils.gpucluster import diagnose
+except ImportError:  # outside a module's package the plugins' module_utils are not on the path
+    ansible.module_utils.__path__.append(os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+    from ansible.module_utils.gpucluster import diagnose
+
 try:
     from gpucluster import allreduce
 except ImportError:  # AWX / ansible-pull run from a checkout without `pip install .`
@@ -27,6 +35,17 @@ def allreduce_table(stdout):
     return allreduce.table(json.loads(lines[-1])).splitlines()
 
 
+def explain(output, limit=1500):
+    """The tail of a failed command's output, led by a diagnosis when the failure is a known one
+    (``module_utils/gpucluster/diagnose.py``: wrong sshd reached, host key unknown, memlock, ...)."""
+    text = str(output or "")
+    found = diagnose.classify(text)
+    tail = text[-limit:].strip() or "(no output)"
+    if found is None:
+        return tail
+    return f"{found.message} Fix: {found.fix} -- output: {tail}"
+
+
 def cidr(ipv4_fact):
     """Network of an Ansible ``default_ipv4``-style fact as CIDR, e.g. '172.18.0.0/16'."""
     return str(ipaddress.ip_network(f"{ipv4_fact['address']}/{ipv4_fact['netmask']}", strict=False))
@@ -38,4 +57,5 @@ class FilterModule:
             "gpucluster_allreduce_report": allreduce_report,
             "gpucluster_allreduce_table": allreduce_table,
             "gpucluster_cidr": cidr,
+            "gpucluster_explain": explain,
         }

@@ -33,7 +33,7 @@ NODE_REPO = "gpucluster/node"
 INFRA_REPO = "gpucluster/infra"
 TRAIN_REPO = "gpucluster/train-cpu"
 # Bump when a step below changes in a way the hashed inputs do not show.
-RECIPE_REVISION = "3"
+RECIPE_REVISION = "4"
 
 # What a freshly installed Debian server has, and no more: python3-apt because Ansible's apt
 # module needs it, pciutils for `lspci` (GPU detection), kmod for modprobe.
@@ -219,8 +219,12 @@ def _post_configure(rootfs: Path) -> None:
         link.symlink_to("/dev/null")
     # systemd creates a fresh machine-id per container when the file is empty.
     (rootfs / "etc/machine-id").write_text("")
+    # No package lists, dated "never updated", so that the first `apt update` with
+    # cache_valid_time really runs (Ansible's apt module reads the lists' mtime).
     shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
     (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+    os.utime(rootfs / "var/lib/apt/lists/partial", (0, 0))
+    os.utime(rootfs / "var/lib/apt/lists", (0, 0))
     shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
     (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
 

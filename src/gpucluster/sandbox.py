@@ -154,6 +154,10 @@ class Sandbox:
         """Start (or reuse) the registry + apt cache container; returns it."""
         try:
             c = self.client.containers.get(self.cfg.infra)
+            if images.infra_image_tag() not in (c.image.tags or []):
+                self.log(f"{c.name} runs an older infra image: recreating")
+                c.remove(force=True, v=True)
+                raise docker.errors.NotFound(c.name)
             if c.status != "running":
                 c.start()
             c.reload()
