@@ -96,7 +96,9 @@ def ensure_trust(hosts: list[str], user: str, key: Path, ask_password=getpass.ge
         except paramiko.AuthenticationException:
             untrusted.append(h)
         except (OSError, paramiko.SSHException) as exc:
-            raise RuntimeError(f"{h}: cannot reach sshd as {user}: {exc}. Fix: check the address, port 22, firewall") from exc
+            raise RuntimeError(
+                f"{h}: cannot reach sshd as {user}: {exc}. Fix: check the address, port 22, firewall"
+            ) from exc
     if untrusted:
         password = ask_password(f"SSH password for {user} on {', '.join(untrusted)} (asked once): ")
         for h in untrusted:
@@ -104,9 +106,10 @@ def ensure_trust(hosts: list[str], user: str, key: Path, ask_password=getpass.ge
                 c = _connect(h, user, key, password=password)
             except paramiko.AuthenticationException as exc:
                 raise RuntimeError(f"{h}: neither the key {key} nor the password is accepted for {user}") from exc
+            q = shlex.quote(pub)
             c.run(
                 "umask 077 && mkdir -p ~/.ssh && touch ~/.ssh/authorized_keys && "
-                f"grep -qxF {shlex.quote(pub)} ~/.ssh/authorized_keys || echo {shlex.quote(pub)} >> ~/.ssh/authorized_keys",
+                f"(grep -qxF {q} ~/.ssh/authorized_keys || echo {q} >> ~/.ssh/authorized_keys)",
                 hide=True,
             )
             c.close()

@@ -77,7 +77,8 @@ INFRA_DOCKERFILE = """FROM {node}
 ARG APT_PROXY=
 RUN if [ -n "$APT_PROXY" ]; then echo "Acquire::http::Proxy \\"$APT_PROXY\\";" > /etc/apt/apt.conf.d/01proxy; fi \\
  && apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry apt-cacher-ng apache2-utils \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      docker-registry apt-cacher-ng apache2-utils \\
  && rm -rf /var/lib/apt/lists/* /etc/apt/apt.conf.d/01proxy \\
  && systemctl enable docker-registry apt-cacher-ng
 """
@@ -194,7 +195,8 @@ def ensure_node_image(client: docker.DockerClient, log: Log = print, mirror: str
                 fh, repository=repo, tag=version, changes=['CMD ["/lib/systemd/systemd"]']
             )
     except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"node image build failed: {exc.cmd[0]}: {exc.stderr.decode(errors='replace')[-2000:]}") from exc
+        err = exc.stderr.decode(errors="replace")[-2000:] if exc.stderr else ""
+        raise RuntimeError(f"node image build failed: {exc.cmd[0]}: {err}") from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _tag_latest(client, tag)

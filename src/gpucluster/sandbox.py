@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import secrets
 import os
+import secrets
 import tarfile
 import time
 from dataclasses import dataclass, field

@@ -17,7 +17,8 @@ Problem = namedtuple("Problem", "variable message fix")
 #   name      := [domain '/'] path-component ['/' path-component]*
 #   domain    := host [':' port]; path components are lowercase alnum joined by [._-] separators.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN = r"(?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*)(?::[0-9]+)?"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"(?:localhost|{_LABEL}(?:\.{_LABEL})*)(?::[0-9]+)?"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 IMAGE_REF = re.compile(
@@ -109,4 +110,4 @@ def check_gpus(gpu_count, require_gpu):
 
 def format_problems(host, problems):
     """One message per problem: '<host>: <variable>: <what>. Fix: <fix>.'"""
-    return ["%s: %s: %s. Fix: %s." % (host, p.variable, p.message, p.fix) for p in problems]
+    return [f"{host}: {p.variable}: {p.message}. Fix: {p.fix}." for p in problems]
