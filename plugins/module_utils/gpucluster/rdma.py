@@ -1,0 +1,813 @@
+"""RDMA fact parsers: ``ibdev2netdev``, ``ibstatus``, ``ibv_devinfo [-v]``, sysfs GID tables.
+
+Pure functions over the tools' text output (and over a dict of sysfs file contents), stdlib
+only, for Python 3.8+ on the managed node (``rdma_facts`` module) and for pytest. Nothing here
+runs a command or opens a file.
+
+Every parser raises :class:`ParseError` (a ``ValueError``) that says what it expected and on
+which line when the input is malformed or truncated; none returns a half-read value.
+
+Units: link rates are in Gbit/s (``rate_gbps``), MTUs in bytes.
+
+Sources:
+
+- ``ibdev2netdev`` (MLNX_OFED / DOCA-OFED script): ``<hca> port <n> ==> <netdev> (<Up|Down>)``;
+  with ``-v`` the PCI address, part number, firmware and the IB port state come first. The
+  ``(Up)``/``(Down)`` is the state of the *netdev* (IPoIB or Ethernet), not of the IB port
+  (fixture C05: a pure IB fabric without IPoIB shows every HCA ``(Down)``).
+- ``ibstatus`` (infiniband-diags) and the kernel's sysfs ABI
+  (``Documentation/ABI/stable/sysfs-class-infiniband``): ``state`` ``4: ACTIVE``,
+  ``phys_state`` ``5: LinkUp``, ``rate`` ``100 Gb/sec (4X EDR)``, ``link_layer``
+  ``InfiniBand``/``Ethernet``, ``gids/<i>`` and ``gid_attrs/types/<i>`` (``IB/RoCE v1``,
+  ``RoCE v2``), ``gid_attrs/ndevs/<i>``. On RoCE the rate keeps the IB speed name (fixture C06).
+- ``ibv_devinfo`` (rdma-core ``libibverbs/examples/devinfo.c``): ``hca_id:``, ``port:``,
+  ``state: PORT_ACTIVE (4)``, ``active_width: 4X (2)``, ``active_speed: 25.0 Gbps (32)``,
+  ``link_layer``; with ``-v`` the GID table ``GID[  3]: ::ffff:192.0.2.6, RoCE v2``.
+- GID index for NCCL: NCCL environment variables documentation, ``NCCL_IB_GID_INDEX``
+  ("the Global ID index used in RoCE mode", see ``show_gids``) and, since NCCL 2.21, the
+  automatic choice driven by ``NCCL_IB_ADDR_FAMILY`` (default ``AF_INET``) and
+  ``NCCL_IB_ROCE_VERSION_NUM`` (default 2): a RoCE v2 GID holding the IPv4-mapped address
+  (``::ffff:a.b.c.d``). The link-local ``fe80::`` RoCE v2 GID is not routable and times out
+  across nodes (NVIDIA/nccl #769, fixture C32).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+ACTIVE = "ACTIVE"
+
+
+class ParseError(ValueError):
+    """Input that is not what the tool prints: malformed, truncated, or an error text.
+
+    The message says what was expected and where (1-based line number).
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _lines(text, what):
+    if text is None:
+        raise ParseError(f"{what}: no input (None)")
+    if not isinstance(text, str):
+        raise ParseError(f"{what}: expected text, got {type(text).__name__}")
+    return text.splitlines()
+
+
+def _short(line, limit=120):
+    line = line.rstrip()
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def natural_key(name):
+    """Sort key so that ``mlx5_2 < mlx5_10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
+
+
+def _number(text):
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def fabric(link_layer):
+    """``"InfiniBand"`` for an InfiniBand link layer, ``"RoCE"`` for Ethernet, else None."""
+    if link_layer == "InfiniBand":
+        return "InfiniBand"
+    if link_layer == "Ethernet":
+        return "RoCE"
+    return None
+
+
+_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\(([^)]*)\))?$")
+
+
+def parse_rate(text):
+    """``"100 Gb/sec (4X EDR)"`` -> ``{"rate_gbps": 100, "width": "4X", "speed": "EDR"}``.
+
+    The rate is in Gbit/s as the kernel reports it (sysfs ``rate``, ``ibstatus``); width and
+    speed name are None when the parenthesis is absent. Raises ParseError otherwise.
+    """
+    m = _RATE_RE.match(str(text).strip())
+    if not m:
+        raise ParseError(f"rate: expected '<n> Gb/sec (<width> <speed>)', got {text!r}")
+    width = speed = None
+    if m.group(2):
+        parts = m.group(2).split()
+        if parts and re.match(r"^\d+X$", parts[0]):
+            width = parts[0]
+            speed = " ".join(parts[1:]) or None
+        else:
+            speed = m.group(2).strip() or None
+    return {"rate_gbps": _number(m.group(1)), "width": width, "speed": speed}
+
+
+_NUM_STATE_RE = re.compile(r"^(\d+):\s*(\S.*)$")
+# Logical port states (IBTA spec, ``enum ibv_port_state`` in rdma-core verbs.h).
+PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+LINK_LAYERS = ("InfiniBand", "Ethernet", "Unknown")
+
+
+def _num_state(text, what, names=None):
+    """``"4: ACTIVE"`` -> (``"ACTIVE"``, 4) (sysfs and ibstatus form).
+
+    With ``names`` ({number: name}) the pair must be one of them (a cut ``4: ACT`` fails).
+    """
+    m = _NUM_STATE_RE.match(str(text).strip())
+    if not m:
+        raise ParseError(f"{what}: expected '<n>: <NAME>' such as '4: ACTIVE', got {text!r}")
+    number, name = int(m.group(1)), m.group(2).strip()
+    if names is not None and names.get(number) != name:
+        raise ParseError(f"{what}: {text!r} is not a port state "
+                         f"({', '.join(f'{k}: {v}' for k, v in sorted(names.items()))})")
+    return name, number
+
+
+def _link_layer(value, what):
+    if value not in LINK_LAYERS:
+        raise ParseError(f"{what}: link layer should be one of {', '.join(LINK_LAYERS)}, "
+                         f"got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# GIDs
+# --------------------------------------------------------------------------------------------
+
+
+def gid_entry(index, gid, gid_type=None, netdev=None):
+    """One GID table entry as a dict.
+
+    ::
+
+        {"index": 3, "gid": "::ffff:192.0.2.6",   # as printed
+         "type": "RoCE v2" or "IB/RoCE v1" or None,
+         "roce_version": 2 or 1 or None,
+         "ipv4": "192.0.2.6" or None,            # IPv4-mapped GID (::ffff:a.b.c.d)
+         "link_local": False,                    # fe80::/10
+         "netdev": "ens1f0" or None}             # sysfs gid_attrs/ndevs
+
+    Raises ParseError when ``gid`` is not an IPv6-formatted GID.
+    """
+    try:
+        addr = ipaddress.IPv6Address(str(gid).strip())
+    except ValueError:
+        raise ParseError(f"GID[{index}]: {gid!r} is not a 128-bit GID "
+                         f"(IPv6 notation)") from None
+    version = None
+    if gid_type:
+        m = re.search(r"v(\d)\s*$", gid_type.strip())
+        if not m:
+            raise ParseError(f"GID[{index}]: type {gid_type!r} is not 'RoCE v1', "
+                             f"'IB/RoCE v1' or 'RoCE v2'")
+        version = int(m.group(1))
+    mapped = addr.ipv4_mapped
+    return {
+        "index": int(index),
+        "gid": str(gid).strip(),
+        "type": gid_type.strip() if gid_type else None,
+        "roce_version": version,
+        "ipv4": str(mapped) if mapped is not None else None,
+        "link_local": addr.is_link_local,
+        "netdev": netdev,
+    }
+
+
+_GID_LINE_RE = re.compile(r"^GID\[\s*(\d+)\]:\s*([0-9A-Fa-f:.]+)\s*(?:,\s*(.*\S))?\s*$")
+
+
+def _gid_from_line(line, lineno):
+    m = _GID_LINE_RE.match(line.strip())
+    if not m:
+        raise ParseError(f"ibv_devinfo line {lineno}: expected 'GID[ n]: <gid>[, RoCE v1|v2]', "
+                         f"got {_short(line)!r}")
+    return gid_entry(int(m.group(1)), m.group(2), m.group(3))
+
+
+def parse_gid_table(text):
+    """GID table lines of ``ibv_devinfo -v`` (one port), other lines ignored.
+
+    Reads every line that starts with ``GID[``: ``GID[  3]: ::ffff:192.0.2.6, RoCE v2`` (the
+    type is absent on InfiniBand ports). Returns a list of :func:`gid_entry` dicts in index
+    order. Raises ParseError when there is no GID line, or when a GID line is malformed
+    (a truncated GID fails IPv6 parsing).
+    """
+    gids = []
+    for lineno, line in enumerate(_lines(text, "ibv_devinfo -v GID table"), 1):
+        if line.strip().startswith("GID["):
+            gids.append(_gid_from_line(line, lineno))
+    if not gids:
+        raise ParseError("ibv_devinfo -v: no 'GID[ n]:' lines found (run ibv_devinfo with -v)")
+    return sorted(gids, key=lambda g: g["index"])
+
+
+def pick_roce_gid_index(gids, ipv4=None):
+    """GID index for ``NCCL_IB_GID_INDEX`` / ``NVSHMEM_IB_GID_INDEX`` on a RoCE port, or None.
+
+    ``gids`` are :func:`gid_entry` dicts (from :func:`parse_gid_table`, :func:`parse_ibv_devinfo`
+    or :func:`parse_sysfs_infiniband`); ``ipv4`` optionally names the address of the
+    interface NCCL should use (a string or a list of strings).
+
+    Rule (NCCL environment variables documentation, NCCL_IB_GID_INDEX and, from NCCL 2.21,
+    NCCL_IB_ADDR_FAMILY=AF_INET / NCCL_IB_ROCE_VERSION_NUM=2; NVIDIA/nccl #769): the entry must
+    be RoCE v2 and hold an IPv4-mapped address ``::ffff:a.b.c.d`` (equal to ``ipv4`` when
+    given). The link-local ``fe80::`` RoCE v2 entry is never chosen (not routable: QPs time
+    out between nodes), nor are RoCE v1 entries. Among several matches the lowest index wins.
+    Returns None when no entry qualifies (no IPv4 address on the netdev yet, or an
+    InfiniBand port, where NCCL needs no GID index).
+    """
+    wanted = None
+    if ipv4 is not None:
+        wanted = {ipv4} if isinstance(ipv4, str) else set(ipv4)
+        for address in wanted:
+            try:
+                ipaddress.IPv4Address(address)
+            except ValueError:
+                raise ParseError(f"pick_roce_gid_index: {address!r} is not an IPv4 "
+                                 f"address") from None
+    matches = [g["index"] for g in gids
+               if g.get("roce_version") == 2 and g.get("ipv4")
+               and (wanted is None or g["ipv4"] in wanted)]
+    return min(matches) if matches else None
+
+
+# --------------------------------------------------------------------------------------------
+# ibdev2netdev
+# --------------------------------------------------------------------------------------------
+
+_IBDEV2NETDEV_RE = re.compile(
+    r"^(?:(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+)?"
+    r"(?P<hca>[A-Za-z][\w.-]*)\s+(?:.*?\s)?port\s+(?P<port>\d+)"
+    r"(?:\s+\((?P<port_state>[A-Z_]+)\))?\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^)]+)\)$"
+)
+
+
+def parse_ibdev2netdev(text):
+    """Records of ``ibdev2netdev`` or ``ibdev2netdev -v``, naturally sorted by HCA and port.
+
+    Returns::
+
+        [{"hca": "mlx5_0", "port": 1, "netdev": "ibp26s0",
+          "netdev_state": "Down",            # the netdev's state, NOT the IB port state
+          "netdev_type": "ipoib" or "ethernet",
+          "bus_id": "0000:1a:00.0" or None,  # -v only
+          "port_state": "ACTIVE" or None}]   # -v only; else read ibv_devinfo / sysfs
+
+    ``netdev_type`` is read from the name: IPoIB interfaces are ``ib<N>`` or
+    ``ibp<bus>s<slot>`` (kernel and systemd naming), everything else is the Ethernet netdev of
+    a RoCE port. Use the port's ``link_layer`` (ibv_devinfo, sysfs) where it is known.
+
+    Spacing from ``column -t`` and trailing ``# ...`` annotations are tolerated (fixture C05);
+    any other line raises ParseError. Empty output gives ``[]``.
+    """
+    records = []
+    for lineno, line in enumerate(_lines(text, "ibdev2netdev"), 1):
+        content = re.sub(r"\s+#.*$", "", line).strip()
+        if not content:
+            continue
+        m = _IBDEV2NETDEV_RE.match(content)
+        if not m:
+            raise ParseError(f"ibdev2netdev line {lineno}: expected '<hca> port <n> ==> <netdev> "
+                             f"(Up|Down)', got {_short(line)!r}")
+        netdev = m.group("netdev")
+        records.append({
+            "hca": m.group("hca"),
+            "port": int(m.group("port")),
+            "netdev": netdev,
+            "netdev_state": m.group("state"),
+            "netdev_type": "ipoib" if re.match(r"^ib(?:\d|p\d)", netdev) else "ethernet",
+            "bus_id": m.group("bus").lower() if m.group("bus") else None,
+            "port_state": m.group("port_state"),
+        })
+    records.sort(key=lambda r: (natural_key(r["hca"]), r["port"]))
+    return records
+
+
+def classify_hcas(netdev_records, ports=None):
+    """HCAs split by fabric: ``{"infiniband": [...], "ethernet": [...]}`` (natural order).
+
+    With ``ports`` (dicts with ``hca`` and ``link_layer``, from :func:`parse_ibstatus`,
+    :func:`parse_sysfs_infiniband` or the ports of :func:`parse_ibv_devinfo` with ``hca``
+    added) the link layer decides; an HCA without port information falls back to the netdev
+    name (``netdev_type`` of :func:`parse_ibdev2netdev`). The netdev state (Up/Down) is not
+    looked at: it says nothing about the RDMA port (fixture C05). The ``infiniband`` list is
+    what ``NCCL_IB_HCA`` should name on an InfiniBand fabric.
+    """
+    layer = {}
+    for port in ports or []:
+        layer.setdefault(port["hca"], port.get("link_layer"))
+    out = {"infiniband": [], "ethernet": []}
+    seen = set()
+    hcas = [(r["hca"], r.get("netdev_type")) for r in netdev_records or []]
+    hcas += [(hca, None) for hca in layer]
+    for hca, netdev_type in hcas:
+        if hca in seen:
+            continue
+        seen.add(hca)
+        ll = layer.get(hca)
+        if ll == "InfiniBand" or (ll is None and netdev_type == "ipoib"):
+            out["infiniband"].append(hca)
+        elif ll == "Ethernet" or (ll is None and netdev_type == "ethernet"):
+            out["ethernet"].append(hca)
+    for key in out:
+        out[key].sort(key=natural_key)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# ibstatus
+# --------------------------------------------------------------------------------------------
+
+_IBSTATUS_HEADER_RE = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:$")
+_IBSTATUS_REQUIRED = ("state", "phys state", "rate", "link_layer")
+
+
+def _ibstatus_port(hca, port, values, lineno):
+    missing = [k for k in _IBSTATUS_REQUIRED if k not in values]
+    if missing:
+        raise ParseError(f"ibstatus: block '{hca}' port {port} (ending at line {lineno}) lacks "
+                         f"{', '.join(missing)}; output truncated?")
+    state, state_num = _num_state(values["state"], f"ibstatus {hca} port {port} state",
+                                  PORT_STATES)
+    _link_layer(values["link_layer"], f"ibstatus {hca} port {port}")
+    phys, phys_num = _num_state(values["phys state"], f"ibstatus {hca} port {port} phys state")
+    rate = parse_rate(values["rate"])
+    default_gid = values.get("default gid")
+    link_local = None
+    if default_gid:
+        link_local = gid_entry(0, default_gid)["link_local"]
+    return {
+        "hca": hca, "port": port,
+        "state": state, "state_num": state_num,
+        "phys_state": phys, "phys_state_num": phys_num,
+        "rate": values["rate"], "rate_gbps": rate["rate_gbps"], "width": rate["width"],
+        "speed": rate["speed"],
+        "link_layer": values["link_layer"], "fabric": fabric(values["link_layer"]),
+        "base_lid": values.get("base lid"), "sm_lid": values.get("sm lid"),
+        "default_gid": default_gid,
+        "default_gid_link_local": link_local,
+    }
+
+
+def parse_ibstatus(text):
+    """Ports of ``ibstatus`` output, naturally sorted.
+
+    Returns::
+
+        [{"hca": "mlx5_0", "port": 1, "state": "ACTIVE", "state_num": 4,
+          "phys_state": "LinkUp", "phys_state_num": 5,
+          "rate": "100 Gb/sec (4X EDR)", "rate_gbps": 100, "width": "4X", "speed": "EDR",
+          "link_layer": "Ethernet", "fabric": "RoCE",
+          "base_lid": "0x0", "sm_lid": "0x0",
+          "default_gid": "fe80:...", "default_gid_link_local": True}]
+
+    ``fabric`` follows the link layer only: on RoCE ``ibstatus`` still prints IB speed names
+    such as ``4X EDR`` (fixture C06). The ``default gid`` is GID index 0, the link-local one:
+    never the GID NCCL should use on RoCE (see :func:`pick_roce_gid_index`).
+
+    Every block must carry state, phys state, rate and link_layer (the last line ibstatus
+    prints), else ParseError (truncated); lines outside ``Infiniband device '<hca>' port <n>
+    status:`` blocks or without ``key: value`` raise ParseError. Empty output gives ``[]``.
+    """
+    ports = []
+    current = None
+    values = {}
+    last = 0
+    for lineno, line in enumerate(_lines(text, "ibstatus"), 1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        header = _IBSTATUS_HEADER_RE.match(stripped)
+        if header:
+            if current:
+                ports.append(_ibstatus_port(current[0], current[1], values, last))
+            current = (header.group(1), int(header.group(2)))
+            values = {}
+            last = lineno
+            continue
+        if current is None:
+            raise ParseError(f"ibstatus line {lineno}: expected \"Infiniband device '<hca>' port "
+                             f"<n> status:\", got {_short(line)!r}")
+        key, sep, value = stripped.partition(":")
+        if not sep or not key.strip():
+            raise ParseError(f"ibstatus line {lineno}: expected 'key: value', got {_short(line)!r}")
+        values[key.strip()] = value.strip()
+        last = lineno
+    if current:
+        ports.append(_ibstatus_port(current[0], current[1], values, last))
+    ports.sort(key=lambda p: (natural_key(p["hca"]), p["port"]))
+    return ports
+
+
+# --------------------------------------------------------------------------------------------
+# ibv_devinfo [-v]
+# --------------------------------------------------------------------------------------------
+
+_KEY_RE = re.compile(r"^([A-Za-z][\w .\-/]*?)\s*:\s*(.*)$")
+_PORT_STATE_RE = re.compile(r"^PORT_([A-Z_]+)\s*\((\d+)\)$")
+_PAREN_CODE_RE = re.compile(r"^(.*?)\s*\((\d+)\)$")
+_DEVICE_INT_KEYS = ("vendor_part_id", "phys_port_cnt")
+
+
+def _strip_code(value):
+    """``"InfiniBand (0)"`` -> ``"InfiniBand"``; ``"LINK_UP (5)"`` -> ``"LINK_UP"``."""
+    m = _PAREN_CODE_RE.match(value)
+    return m.group(1) if m else value
+
+
+def _int_or_error(value, what, lineno):
+    m = re.match(r"^(\d+)", value)
+    if not m:
+        raise ParseError(f"ibv_devinfo line {lineno}: {what} should be a number, got {value!r}")
+    return int(m.group(1))
+
+
+def _new_port(number):
+    return {"port": number, "state": None, "state_num": None, "active": False,
+            "phys_state": None, "link_layer": None, "fabric": None,
+            "max_mtu": None, "active_mtu": None, "sm_lid": None, "port_lid": None,
+            "port_lmc": None, "active_width": None, "active_speed": None, "rate_gbps": None,
+            "gids": []}
+
+
+def _set_port_key(port, key, value, lineno):
+    if key == "state":
+        m = _PORT_STATE_RE.match(value)
+        if not m:
+            raise ParseError(f"ibv_devinfo line {lineno}: port state should read like "
+                             f"'PORT_ACTIVE (4)', got {value!r}")
+        port["state"], port["state_num"] = m.group(1), int(m.group(2))
+        if PORT_STATES.get(port["state_num"]) != port["state"]:
+            raise ParseError(f"ibv_devinfo line {lineno}: {value!r} is not a port state "
+                             f"(PORT_DOWN (1), PORT_INIT (2), PORT_ARMED (3), PORT_ACTIVE (4))")
+        port["active"] = m.group(1) == ACTIVE
+    elif key in ("max_mtu", "active_mtu", "sm_lid", "port_lid"):
+        port[key] = _int_or_error(value, key, lineno)
+    elif key == "link_layer":
+        port["link_layer"] = _link_layer(value, f"ibv_devinfo line {lineno}")
+        port["fabric"] = fabric(value)
+    elif key in ("phys_state", "active_width", "active_speed", "port_lmc"):
+        port[key] = _strip_code(value)
+
+
+def _finish_ports(port):
+    width = re.match(r"^(\d+)X", port["active_width"] or "")
+    speed = re.match(r"^(\d+(?:\.\d+)?)\s*Gbps", port["active_speed"] or "")
+    if width and speed:
+        port["rate_gbps"] = _number(str(int(width.group(1)) * float(speed.group(1))))
+
+
+def _check_device(dev, lineno):
+    expected = dev.get("phys_port_cnt")
+    if expected is not None and len(dev["ports"]) != expected:
+        raise ParseError(f"ibv_devinfo: {dev['hca']} announces phys_port_cnt {expected} but "
+                         f"{len(dev['ports'])} port section(s) follow (output truncated before "
+                         f"line {lineno}?)")
+    if not dev["ports"]:
+        raise ParseError(f"ibv_devinfo: {dev['hca']} has no 'port:' section (output truncated "
+                         f"before line {lineno}?)")
+    for port in dev["ports"]:
+        missing = [k for k in ("state", "link_layer") if port[k] is None]
+        if missing:
+            raise ParseError(f"ibv_devinfo: {dev['hca']} port {port['port']} lacks "
+                             f"{', '.join(missing)} (output truncated before line {lineno}?)")
+        _finish_ports(port)
+
+
+def parse_ibv_devinfo(text):
+    """Devices of ``ibv_devinfo`` or ``ibv_devinfo -v``, in natural order.
+
+    Returns::
+
+        [{"hca": "mlx5_7", "transport": "InfiniBand", "fw_ver": "28.39.3004",
+          "node_guid": "0000:0000:0000:0000", "node_guid_zero": True,
+          "sys_image_guid": "...", "vendor_id": "0x02c9", "vendor_part_id": 4126,
+          "hw_ver": "0x0", "board_id": "MT_0000000838", "phys_port_cnt": 1,
+          "ports": [{"port": 1, "state": "INIT", "state_num": 2, "active": False,
+                     "phys_state": "LINK_UP" or None, "link_layer": "InfiniBand",
+                     "fabric": "InfiniBand" or "RoCE", "max_mtu": 4096, "active_mtu": 4096,
+                     "sm_lid": 4, "port_lid": None, "port_lmc": "0x00",
+                     "active_width": "4X" or None, "active_speed": "25.0 Gbps" or None,
+                     "rate_gbps": 100 or None,        # width x lane speed, Gbit/s
+                     "gids": [gid_entry, ...]}]}]     # -v only, see gid_entry
+
+    Tolerant of tabs or collapsed spaces, of unknown keys (skipped) and of the flag lists and
+    notes ``-v`` prints on lines of their own (fixture C07 has 4-space indentation and a
+    ``port_id`` key). ``No IB devices found`` gives ``[]``.
+
+    Raises ParseError when: text comes before the first ``hca_id:``; a device has fewer
+    ``port:`` sections than its ``phys_port_cnt``; a port lacks ``state`` or ``link_layer``
+    (the last line of a port in plain ibv_devinfo; so a cut output is caught); a state, MTU,
+    LID or GID is malformed.
+    """
+    lines = _lines(text, "ibv_devinfo")
+    if any(line.strip() == "No IB devices found" for line in lines):
+        return []
+    devices = []
+    dev = None
+    port = None
+    for lineno, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("GID["):
+            if port is None:
+                raise ParseError(f"ibv_devinfo line {lineno}: GID line outside a 'port:' "
+                                 f"section")
+            port["gids"].append(_gid_from_line(stripped, lineno))
+            continue
+        m = _KEY_RE.match(stripped)
+        if m and m.group(1) == "hca_id":
+            if dev is not None:
+                _check_device(dev, lineno)
+            if not m.group(2).strip():
+                raise ParseError(f"ibv_devinfo line {lineno}: 'hca_id:' without a device name")
+            dev = {"hca": m.group(2).strip(), "transport": None, "fw_ver": None,
+                   "node_guid": None, "node_guid_zero": False, "sys_image_guid": None,
+                   "vendor_id": None, "vendor_part_id": None, "hw_ver": None,
+                   "board_id": None, "phys_port_cnt": None, "ports": []}
+            devices.append(dev)
+            port = None
+            continue
+        if dev is None:
+            raise ParseError(f"ibv_devinfo line {lineno}: expected 'hca_id: <device>' first, "
+                             f"got {_short(line)!r}")
+        if not m:
+            # -v prints flag names and notes ("tag matching not supported") on lines of their own.
+            continue
+        key, value = m.group(1).strip(), m.group(2).strip()
+        if key == "port":
+            port = _new_port(_int_or_error(value, "port", lineno))
+            dev["ports"].append(port)
+        elif port is not None:
+            _set_port_key(port, key, value, lineno)
+        elif key in _DEVICE_INT_KEYS:
+            dev[key] = _int_or_error(value, key, lineno)
+        elif key == "transport":
+            dev["transport"] = _strip_code(value)
+        elif key in ("fw_ver", "node_guid", "sys_image_guid", "vendor_id", "hw_ver", "board_id"):
+            dev[key] = value
+            if key == "node_guid":
+                dev["node_guid_zero"] = bool(re.match(r"^[0:]+$", value))
+    if dev is not None:
+        _check_device(dev, len(lines) + 1)
+    if not devices:
+        raise ParseError("ibv_devinfo: no 'hca_id:' line (empty or not ibv_devinfo output)")
+    devices.sort(key=lambda d: natural_key(d["hca"]))
+    return devices
+
+
+def rdma_problems(devices):
+    """Findings on :func:`parse_ibv_devinfo` devices, one sentence each (empty = healthy).
+
+    - a port not ``ACTIVE`` (fixture C07: ``INIT`` means the link trained but the subnet
+      manager has not activated the port; NCCL cannot use it);
+    - a node GUID of all zeros (a virtual function without an assigned GUID, fixture C07).
+
+    No root cause is claimed; the sentence names the device, the port and what was read.
+    """
+    problems = []
+    for dev in devices:
+        if dev.get("node_guid_zero"):
+            problems.append(f"{dev['hca']}: node_guid is {dev['node_guid']} (all zero: a virtual "
+                            f"function without an assigned GUID)")
+        for port in dev["ports"]:
+            if not port["active"]:
+                problems.append(f"{dev['hca']} port {port['port']}: state {port['state']} "
+                                f"({port['state_num']}), not ACTIVE")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# sysfs /sys/class/infiniband
+# --------------------------------------------------------------------------------------------
+
+_SYSFS_PORT_RE = re.compile(r"^([^/]+)/ports/(\d+)/(state|phys_state|link_layer|rate)$")
+_SYSFS_GID_RE = re.compile(r"^([^/]+)/ports/(\d+)/(gids|gid_attrs/types|gid_attrs/ndevs)/(\d+)$")
+_SYSFS_NET_RE = re.compile(r"^([^/]+)/device/net/([^/]+)/(dev_port|operstate)$")
+_ZERO_GID = ipaddress.IPv6Address("::")
+
+
+def parse_sysfs_infiniband(files):
+    """Ports, GID tables and netdevs from the contents of ``/sys/class/infiniband``.
+
+    ``files`` maps paths relative to ``/sys/class/infiniband`` to the file contents (the
+    module reads them; a test passes a dict)::
+
+        {"mlx5_0/ports/1/state": "4: ACTIVE",
+         "mlx5_0/ports/1/phys_state": "5: LinkUp",
+         "mlx5_0/ports/1/link_layer": "Ethernet",
+         "mlx5_0/ports/1/rate": "100 Gb/sec (4X EDR)",
+         "mlx5_0/ports/1/gids/3": "0000:0000:0000:0000:0000:ffff:c000:0206",
+         "mlx5_0/ports/1/gid_attrs/types/3": "RoCE v2",
+         "mlx5_0/ports/1/gid_attrs/ndevs/3": "ens1f0",
+         "mlx5_0/device/net/ens1f0/dev_port": "0",
+         "mlx5_0/device/net/ens1f0/operstate": "up"}
+
+    Other paths are ignored. Returns::
+
+        {"ports": [{"hca": "mlx5_0", "port": 1, "state": "ACTIVE", "state_num": 4,
+                    "phys_state": "LinkUp", "phys_state_num": 5,
+                    "link_layer": "Ethernet", "fabric": "RoCE",
+                    "rate": "100 Gb/sec (4X EDR)", "rate_gbps": 100,
+                    "gids": [gid_entry, ...],         # all-zero (unused) entries left out
+                    "roce_gid_index": 3 or None}],    # pick_roce_gid_index(gids)
+         "netdevs": [{"hca": "mlx5_0", "port": 1, "netdev": "ens1f0", "netdev_state": "Up",
+                      "netdev_type": "ethernet", "bus_id": None, "port_state": "ACTIVE"}]}
+
+    netdevs have the shape of :func:`parse_ibdev2netdev` (the ibdev2netdev script reads the
+    same files: ``device/net/<netdev>/dev_port`` is the 0-based port; on RoCE
+    ``gid_attrs/ndevs/0`` names the netdev). Raises ParseError when a port lacks ``state`` or
+    ``link_layer``, or a value is malformed.
+    """
+    ports = {}
+    gids = {}
+    net = {}
+    for path in sorted(files):
+        value = str(files[path]).strip()
+        m = _SYSFS_PORT_RE.match(path)
+        if m:
+            ports.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = value
+            continue
+        m = _SYSFS_GID_RE.match(path)
+        if m:
+            key = (m.group(1), int(m.group(2)))
+            ports.setdefault(key, {})
+            gids.setdefault(key, {}).setdefault(int(m.group(4)), {})[m.group(3)] = value
+            continue
+        m = _SYSFS_NET_RE.match(path)
+        if m:
+            net.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = value
+
+    out_ports = []
+    for (hca, number), attrs in sorted(ports.items(), key=lambda kv: (natural_key(kv[0][0]),
+                                                                       kv[0][1])):
+        missing = [k for k in ("state", "link_layer") if k not in attrs]
+        if missing:
+            raise ParseError(f"sysfs {hca}/ports/{number}: {', '.join(missing)} missing")
+        where = f"sysfs {hca}/ports/{number}"
+        state, state_num = _num_state(attrs["state"], f"{where}/state", PORT_STATES)
+        _link_layer(attrs["link_layer"], f"{where}/link_layer")
+        phys = phys_num = None
+        if "phys_state" in attrs:
+            phys, phys_num = _num_state(attrs["phys_state"], f"{where}/phys_state")
+        rate = parse_rate(attrs["rate"]) if "rate" in attrs else None
+        table = []
+        for index, entry in sorted(gids.get((hca, number), {}).items()):
+            if "gids" not in entry:
+                continue
+            gid = gid_entry(index, entry["gids"], entry.get("gid_attrs/types") or None,
+                            entry.get("gid_attrs/ndevs") or None)
+            if ipaddress.IPv6Address(gid["gid"]) == _ZERO_GID:
+                continue
+            table.append(gid)
+        out_ports.append({
+            "hca": hca, "port": number, "state": state, "state_num": state_num,
+            "phys_state": phys, "phys_state_num": phys_num,
+            "link_layer": attrs["link_layer"], "fabric": fabric(attrs["link_layer"]),
+            "rate": attrs.get("rate"), "rate_gbps": rate["rate_gbps"] if rate else None,
+            "gids": table, "roce_gid_index": pick_roce_gid_index(table),
+        })
+
+    state_of = {(p["hca"], p["port"]): p["state"] for p in out_ports}
+    netdevs = []
+    for (hca, netdev), attrs in net.items():
+        if "dev_port" not in attrs:
+            continue
+        if not attrs["dev_port"].isdigit():
+            raise ParseError(f"sysfs {hca}/device/net/{netdev}/dev_port: expected a number, "
+                             f"got {attrs['dev_port']!r}")
+        netdevs.append(_netdev_record(hca, int(attrs["dev_port"]) + 1, netdev,
+                                      attrs.get("operstate"), state_of))
+    covered = {(n["hca"], n["port"]) for n in netdevs}
+    for port in out_ports:
+        ndev = next((g["netdev"] for g in port["gids"] if g["netdev"]), None)
+        if ndev and (port["hca"], port["port"]) not in covered:
+            netdevs.append(_netdev_record(port["hca"], port["port"], ndev, None, state_of))
+    netdevs.sort(key=lambda r: (natural_key(r["hca"]), r["port"], r["netdev"]))
+    return {"ports": out_ports, "netdevs": netdevs}
+
+
+def _netdev_record(hca, port, netdev, operstate, state_of):
+    netdev_state = None
+    if operstate is not None:
+        netdev_state = "Up" if operstate.strip().lower() == "up" else "Down"
+    return {"hca": hca, "port": port, "netdev": netdev, "netdev_state": netdev_state,
+            "netdev_type": "ipoib" if re.match(r"^ib(?:\d|p\d)", netdev) else "ethernet",
+            "bus_id": None, "port_state": state_of.get((hca, port))}
+
+
+# --------------------------------------------------------------------------------------------
+# Facts
+# --------------------------------------------------------------------------------------------
+
+
+def rdma_inventory(devices=None, sysfs=None, netdevs=None, ipv4=None):
+    """Merge what a node reports into the ``gpucluster_rdma`` facts of ``rdma_facts``.
+
+    Inputs (each may be None when the tool or file is absent): ``devices`` from
+    :func:`parse_ibv_devinfo`, ``sysfs`` from :func:`parse_sysfs_infiniband`, ``netdevs`` from
+    :func:`parse_ibdev2netdev` (else the sysfs netdevs are used), ``ipv4`` the address(es) the
+    RoCE GID must carry (see :func:`pick_roce_gid_index`).
+
+    Returns::
+
+        {"hcas": [{"name": "mlx5_0", "transport": "InfiniBand", "fw_ver": "28.39.3004",
+                   "node_guid": "...", "vendor_part_id": 4129, "board_id": "MT_...",
+                   "ports": [{"port": 1, "state": "ACTIVE", "active": True,
+                              "phys_state": "LinkUp", "link_layer": "Ethernet",
+                              "fabric": "RoCE", "rate_gbps": 100,
+                              "netdev": "ens1f0" or None, "netdev_state": "Up" or None,
+                              "roce_gid_index": 3 or None,
+                              "gids": [gid_entry, ...]}]}],
+         "netdevs": [parse_ibdev2netdev records],
+         "infiniband_hcas": ["mlx5_0", ...],   # HCAs with an InfiniBand port
+         "roce_hcas": [...],                   # HCAs with an Ethernet (RoCE) port
+         "active_hcas": [...],                 # HCAs with at least one ACTIVE port
+         "nccl_ib_gid_index": 3 or None,       # shared by every ACTIVE RoCE port
+         "problems": ["sentence", ...]}
+
+    Port state, link layer, rate and GIDs come from sysfs when given (the kernel's own view,
+    with GID types), else from ibv_devinfo. Device identity (firmware, GUIDs, part id) comes
+    from ibv_devinfo.
+    """
+    devices = devices or []
+    sysfs = sysfs or {"ports": [], "netdevs": []}
+    netdevs = netdevs if netdevs is not None else sysfs.get("netdevs", [])
+    by_name = {}
+    for dev in devices:
+        by_name[dev["hca"]] = {
+            "name": dev["hca"], "transport": dev.get("transport"), "fw_ver": dev.get("fw_ver"),
+            "node_guid": dev.get("node_guid"), "vendor_part_id": dev.get("vendor_part_id"),
+            "board_id": dev.get("board_id"),
+            "ports": {p["port"]: {
+                "port": p["port"], "state": p["state"], "active": p["active"],
+                "phys_state": p.get("phys_state"), "link_layer": p["link_layer"],
+                "fabric": p["fabric"], "rate_gbps": p.get("rate_gbps"), "gids": p["gids"],
+            } for p in dev["ports"]},
+        }
+    for p in sysfs.get("ports", []):
+        hca = by_name.setdefault(p["hca"], {"name": p["hca"], "transport": None, "fw_ver": None,
+                                            "node_guid": None, "vendor_part_id": None,
+                                            "board_id": None, "ports": {}})
+        old = hca["ports"].get(p["port"], {})
+        hca["ports"][p["port"]] = {
+            "port": p["port"], "state": p["state"], "active": p["state"] == ACTIVE,
+            "phys_state": p.get("phys_state") or old.get("phys_state"),
+            "link_layer": p["link_layer"], "fabric": p["fabric"],
+            "rate_gbps": p.get("rate_gbps") if p.get("rate_gbps") is not None
+            else old.get("rate_gbps"),
+            "gids": p["gids"] or old.get("gids", []),
+        }
+    netdev_of = {}
+    for rec in netdevs:
+        netdev_of.setdefault((rec["hca"], rec["port"]), rec)
+
+    problems = rdma_problems(devices)
+    hcas = []
+    gid_indices = {}
+    for name in sorted(by_name, key=natural_key):
+        hca = by_name[name]
+        ports = []
+        for number in sorted(hca["ports"]):
+            port = dict(hca["ports"][number])
+            rec = netdev_of.get((name, number))
+            port["netdev"] = rec["netdev"] if rec else None
+            port["netdev_state"] = rec["netdev_state"] if rec else None
+            port["roce_gid_index"] = (pick_roce_gid_index(port["gids"], ipv4)
+                                      if port["link_layer"] == "Ethernet" else None)
+            if port["link_layer"] == "Ethernet" and port["active"]:
+                gid_indices[f"{name}/{number}"] = port["roce_gid_index"]
+                if port["roce_gid_index"] is None:
+                    problems.append(f"{name} port {number}: ACTIVE RoCE port without a RoCE v2 "
+                                    f"IPv4 GID{'' if ipv4 is None else f' for {ipv4}'} (no "
+                                    f"IPv4 address on {port['netdev'] or 'its netdev'}?)")
+            ports.append(port)
+        hca["ports"] = ports
+        hcas.append(hca)
+
+    values = set(gid_indices.values())
+    nccl_gid = None
+    if len(values) == 1 and None not in values:
+        nccl_gid = values.pop()
+    elif len(values - {None}) > 1:
+        problems.append("RoCE ports disagree on the RoCE v2 IPv4 GID index ("
+                        + ", ".join(f"{k}: {v}" for k, v in sorted(gid_indices.items()))
+                        + "); NCCL_IB_GID_INDEX is one value for all HCAs")
+
+    def having(pred):
+        return [h["name"] for h in hcas if any(pred(p) for p in h["ports"])]
+
+    return {
+        "hcas": hcas,
+        "netdevs": list(netdevs),
+        "infiniband_hcas": having(lambda p: p["link_layer"] == "InfiniBand"),
+        "roce_hcas": having(lambda p: p["link_layer"] == "Ethernet"),
+        "active_hcas": having(lambda p: p["active"]),
+        "nccl_ib_gid_index": nccl_gid,
+        "problems": problems,
+    }

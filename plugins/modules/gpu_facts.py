@@ -1,0 +1,257 @@
+#!/usr/bin/python
+# Copyright: gpucluster contributors
+# Apache-2.0
+"""Ansible module gpu_facts: NVIDIA GPUs, driver state and topology of a node, as facts."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: NVIDIA GPU inventory, driver state and PCIe/NVLink topology as facts
+description:
+  - Reads C(lspci -Dnn), C(nvidia-smi --query-gpu), C(nvidia-smi topo -m),
+    C(/proc/driver/nvidia/version) and C(dpkg-query -W) on the node and returns what they say
+    as the fact C(gpucluster_gpu).
+  - Read-only; runs the same way in check mode.
+  - A missing tool is a normal state, not an error. A node without GPU gets an empty list and
+    driver state C(absent); a node whose driver is broken gets C(installed-not-loaded) with a
+    class, a reason and a hint.
+  - Output the parsers cannot read fails the module with the parser's message (what was
+    expected, on which line), never a guessed value.
+options:
+  topology:
+    description:
+      - Read C(nvidia-smi topo -m) when the driver is ready, and map every GPU to its closest
+        NIC.
+    type: bool
+    default: true
+  kernel_log:
+    description:
+      - When nvidia-smi finds no device, read C(dmesg) for the NVRM C(RmInitAdapter failed)
+        lines that name the failing bus id and PCI id.
+    type: bool
+    default: true
+notes:
+  - Parsers live in C(module_utils/gpucluster/gpu.py); their docstrings give every rule and
+    its source.
+author:
+  - gpucluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  gpu_facts:
+
+- name: Fail early when the driver is installed but not usable
+  ansible.builtin.assert:
+    that: gpucluster_gpu.driver.state != 'installed-not-loaded'
+    fail_msg: >-
+      {{ inventory_hostname }}: NVIDIA driver {{ gpucluster_gpu.driver.class }}:
+      {{ gpucluster_gpu.driver.reason }}. Fix: {{ gpucluster_gpu.driver.hint }}
+
+- name: NIC for each local rank
+  ansible.builtin.debug:
+    msg: "GPU{{ item.gpu }} -> {{ item.nic }} ({{ item.link }})"
+  loop: "{{ gpucluster_gpu.gpu_nic_map }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpucluster_gpu:
+      description: GPU inventory of the node.
+      type: dict
+      contains:
+        driver:
+          description:
+            - C(state) is C(absent), C(installed-not-loaded) or C(ready); C(class) is one of
+              READY, ABSENT, NOT_LOADED, DRIVER_LIBRARY_MISMATCH, NO_DEVICES_INITIALISED,
+              USERSPACE_MISSING, GPU_LOST, NVML_ERROR; C(reason) and C(hint) are one line each
+              (null when ready); C(version) is the running driver (nvidia-smi, else the kernel
+              module); C(kernel_version) from /proc, C(userspace_version) from dpkg or NVML;
+              C(failed_bus_ids) and C(pci_ids) from the kernel log.
+          type: dict
+          sample:
+            state: installed-not-loaded
+            class: DRIVER_LIBRARY_MISMATCH
+            reason: "Driver/library version mismatch: kernel module 520.56.06, user-space library 525.85.12"
+            hint: "bring the kernel module and the user-space driver to one version ..."
+            version: "520.56.06"
+            kernel_version: "520.56.06"
+            userspace_version: "525.85.12"
+            failed_bus_ids: []
+            pci_ids: []
+        pci_gpus:
+          description: NVIDIA GPUs on the PCI bus (lspci), whatever the driver state.
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:17:00.0"
+              vendor_id: "10de"
+              device_id: "20b2"
+              pci_id: "10de:20b2"
+              class_id: "0302"
+              name: "GA100 [A100 SXM4 80GB]"
+              rev: "a1"
+        gpus:
+          description: GPUs nvidia-smi reports (empty unless the driver is ready); memory in MiB.
+          type: list
+          elements: dict
+          sample:
+            - index: 0
+              name: "NVIDIA A100-SXM4-80GB"
+              bus_id: "0000:17:00.0"
+              uuid: "GPU-00000000-0000-0000-0000-000000000001"
+              memory_total_mib: 81920
+              persistence_mode: true
+              driver_version: "525.105.17"
+        gpu_count:
+          description: Number of entries in C(gpus).
+          type: int
+        pci_gpu_count:
+          description: Number of entries in C(pci_gpus) (0 when lspci is missing).
+          type: int
+        topology:
+          description:
+            - C(nvidia-smi topo -m) as read by C(parse_topo_matrix) (gpu_count, gpus with
+              cpu_affinity/numa_node, nics with name/label, links, nvlink, nvswitch); null
+              when not read.
+          type: dict
+        gpu_nic_map:
+          description: Closest NIC per GPU (list of gpu, name, nic, link), empty without NICs.
+          type: list
+          elements: dict
+        tools:
+          description: Which tools were found (lspci, nvidia_smi, dpkg_query, dmesg).
+          type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster.gpu import (
+    GPU_QUERY_FIELDS,
+    ParseError,
+    driver_state,
+    gpu_nic_map,
+    gpus_from_query,
+    nvidia_userspace_version,
+    parse_dpkg_versions,
+    parse_lspci_nn,
+    parse_query_gpu_csv,
+    parse_topo_matrix,
+)
+
+ARGUMENT_SPEC = {
+    "topology": {"type": "bool", "default": True},
+    "kernel_log": {"type": "bool", "default": True},
+}
+PROC_VERSION = "/proc/driver/nvidia/version"
+# Packages that carry the user-space driver (see gpu.nvidia_userspace_version).
+DPKG_PATTERNS = ("nvidia-utils-*", "nvidia-smi", "libnvidia-ml1", "libnvidia-compute-*",
+                 "nvidia-driver-*", "nvidia-driver", "cuda-drivers")
+
+
+def read_file(path):
+    """Text of ``path``, or None when it does not exist or cannot be read."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _run(module, argv):
+    # expand_user_and_vars=False: dpkg-query's ${Package} must reach the tool as written.
+    return module.run_command(argv, expand_user_and_vars=False)
+
+
+def _parse(module, what, func, *args):
+    try:
+        return func(*args)
+    except ParseError as exc:
+        module.fail_json(msg=f"gpu_facts: cannot read the output of {what}: {exc}")
+        raise  # not reached: fail_json exits
+
+
+def collect(module, read=None):
+    """Run the probes and return the ``gpucluster_gpu`` dict (``read``: file reader, tests)."""
+    read = read or read_file
+    tools = {name: module.get_bin_path(name) for name in ("lspci", "nvidia-smi", "dpkg-query",
+                                                         "dmesg")}
+    pci_gpus = None
+    if tools["lspci"]:
+        rc, out, err = _run(module, [tools["lspci"], "-Dnn"])
+        if rc == 0:
+            pci_gpus = _parse(module, "lspci -Dnn", parse_lspci_nn, out)
+        else:
+            module.warn(f"lspci -Dnn exited {rc}: {err.strip()}")
+
+    userspace = None
+    if tools["dpkg-query"]:
+        # rc 1 only says that some pattern matched nothing; the matches are still printed.
+        _rc, out, _err = _run(module, [tools["dpkg-query"], "-W", "-f",
+                                       "${db:Status-Abbrev}\t${Package}\t${Version}\n",
+                                       *DPKG_PATTERNS])
+        packages = _parse(module, "dpkg-query -W", parse_dpkg_versions, out)
+        userspace = nvidia_userspace_version(packages)
+
+    proc_text = read(PROC_VERSION)
+    smi_rc, smi_out, smi_text = None, "", ""
+    if tools["nvidia-smi"]:
+        smi_rc, smi_out, err = _run(module, [tools["nvidia-smi"],
+                                             "--query-gpu=" + ",".join(GPU_QUERY_FIELDS),
+                                             "--format=csv,noheader,nounits"])
+        smi_text = smi_out + err
+    state = _parse(module, "nvidia-smi / driver version files", driver_state, smi_rc, smi_text,
+                   proc_text, userspace, pci_gpus)
+    if (state["class"] == "NO_DEVICES_INITIALISED" and module.params["kernel_log"]
+            and tools["dmesg"]):
+        rc, log, _err = _run(module, [tools["dmesg"]])
+        if rc == 0:
+            state = driver_state(smi_rc, smi_text, proc_text, userspace, pci_gpus, log)
+
+    gpus = []
+    topology = None
+    nic_map = []
+    if state["state"] == "ready":
+        rows = _parse(module, "nvidia-smi --query-gpu", parse_query_gpu_csv, smi_out,
+                      GPU_QUERY_FIELDS)
+        gpus = _parse(module, "nvidia-smi --query-gpu", gpus_from_query, rows)
+        if module.params["topology"] and gpus:
+            rc, out, err = _run(module, [tools["nvidia-smi"], "topo", "-m"])
+            if rc == 0:
+                topology = _parse(module, "nvidia-smi topo -m", parse_topo_matrix, out)
+                nic_map = _parse(module, "nvidia-smi topo -m", gpu_nic_map, topology)
+            else:
+                module.warn(f"nvidia-smi topo -m exited {rc}: {(out + err).strip()[:200]}")
+
+    driver = dict(state)
+    driver["version"] = (gpus[0]["driver_version"] if gpus and gpus[0]["driver_version"]
+                         else state["kernel_version"])
+    return {
+        "driver": driver,
+        "pci_gpus": pci_gpus or [],
+        "gpus": gpus,
+        "gpu_count": len(gpus),
+        "pci_gpu_count": len(pci_gpus or []),
+        "topology": topology,
+        "gpu_nic_map": nic_map,
+        "tools": {k.replace("-", "_"): bool(v) for k, v in tools.items()},
+    }
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    facts = collect(module)
+    module.exit_json(changed=False, ansible_facts={"gpucluster_gpu": facts})
+
+
+if __name__ == "__main__":
+    main()
