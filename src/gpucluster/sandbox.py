@@ -250,6 +250,7 @@ class Sandbox:
             if c.status != "running":
                 c.start()
             self.log(f"{name} ({hostname}) already up")
+            self._seed_node(c, pubkey, apt_proxy)
             return c
         except docker.errors.NotFound:
             pass
@@ -265,10 +266,14 @@ class Sandbox:
             **kw,
         )
         c.start()
-        _put_file(c, "/root/.ssh/authorized_keys", pubkey + "\n", 0o600, dir_mode=0o700)
-        # The sandbox's apt cache, as a cloud image ships its provider's mirror.
-        _put_file(c, "/etc/apt/apt.conf.d/01gpucluster-proxy", f'Acquire::http::Proxy "{apt_proxy}";\n', 0o644)
+        self._seed_node(c, pubkey, apt_proxy)
         return c
+
+    @staticmethod
+    def _seed_node(c, pubkey: str, apt_proxy: str) -> None:
+        """What a cloud image brings: the controller's key for root, the provider's apt mirror."""
+        _put_file(c, "/root/.ssh/authorized_keys", pubkey + "\n", 0o600, dir_mode=0o700)
+        _put_file(c, "/etc/apt/apt.conf.d/01gpucluster-proxy", f'Acquire::http::Proxy "{apt_proxy}";\n', 0o644)
 
     def _exec(self, c, cmd: str, wait_systemd: bool = False) -> str:
         if wait_systemd:

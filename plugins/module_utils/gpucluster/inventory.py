@@ -42,6 +42,8 @@ def parse_image_ref(ref):
     domain = m.group("domain")
     path = m.group("path")
     if domain and not ("." in domain or ":" in domain or domain == "localhost"):
+        if not re.match("^" + _COMPONENT + "$", domain):
+            raise ValueError(f"{domain!r} is neither a registry host nor a lowercase repository name")
         path = domain + "/" + path
         domain = None
     return domain, path, m.group("tag"), m.group("digest")

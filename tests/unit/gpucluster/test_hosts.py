@@ -1,0 +1,50 @@
+from pathlib import Path
+
+import pytest
+
+from gpucluster import hosts
+
+LSPCI = """00:00.0 Host bridge [0600]: Intel Corporation Device [8086:09a2] (rev 04)
+17:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)
+31:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)
+65:00.0 VGA compatible controller [0300]: NVIDIA Corporation TU104GL [Tesla T4] [10de:1eb8] (rev a1)
+65:00.1 Audio device [0403]: NVIDIA Corporation TU104 HD Audio Controller [10de:10f8] (rev a1)
+c1:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)
+"""
+
+
+def test_only_display_and_3d_controllers_count_as_gpus():
+    assert hosts.count_nvidia_gpus(LSPCI) == 3
+
+
+def _facts(addr="192.0.2.11", name="gpu-1"):
+    return hosts.parse_facts(addr, {
+        "hostname": name + "\n",
+        "os": 'NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\n',
+        "cpus": "96\n",
+        "mem": "MemTotal:       2113510400 kB\nMemFree: 1 kB\n",
+        "lspci": LSPCI,
+        "route": "default via 192.0.2.1 dev ens3 proto dhcp src 192.0.2.11 metric 100\n",
+    })
+
+
+def test_parse_facts():
+    f = _facts()
+    assert (f.hostname, f.os, f.cpus, f.mem_mib, f.gpus, f.default_nic) == (
+        "gpu-1", "Ubuntu 22.04.4 LTS", 96, 2063975, 3, "ens3")
+
+
+def test_inventory_merges_and_keeps_user_entries():
+    existing = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-1": {"my_var": 7}}},
+                                     "monitoring": {"hosts": {"grafana": {}}}}}}
+    doc = hosts.render_inventory([_facts(), _facts("192.0.2.12", "gpu-2")], "ubuntu", Path("/k"), existing)
+    nodes = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    assert nodes["gpu-1"]["my_var"] == 7 and nodes["gpu-1"]["ansible_host"] == "192.0.2.11"
+    assert nodes["gpu-2"]["gpucluster_gathered"]["gpus"] == 3
+    assert "grafana" in doc["all"]["children"]["monitoring"]["hosts"]
+    assert "StrictHostKeyChecking=yes" in nodes["gpu-2"]["ansible_ssh_common_args"]
+
+
+def test_duplicate_hostnames_are_refused():
+    with pytest.raises(RuntimeError, match="unique hostname"):
+        hosts.render_inventory([_facts(), _facts("192.0.2.12")], "u", Path("/k"))

@@ -1,0 +1,56 @@
+"""Role contracts: defaults and argument specs agree, production defaults stay production."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+
+
+def _load(p: Path):
+    return yaml.safe_load(p.read_text()) or {}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_defaults_and_argument_specs_agree(role):
+    defaults = _load(role / "defaults" / "main.yml")
+    options = _load(role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options), "every public variable is in both defaults/main.yml and the spec"
+    for name, spec in options.items():
+        assert name.startswith(role.name + "_"), f"{name} lacks the role prefix"
+        assert spec.get("description"), f"{name} has no description"
+        if "default" in spec:
+            assert spec["default"] == defaults[name], f"{name}: spec default {spec['default']!r} != {defaults[name]!r}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_has_readme_meta_and_scenario(role):
+    for f in ("README.md", "meta/main.yml", "meta/argument_specs.yml", "molecule/default/molecule.yml",
+              "molecule/default/verify.yml", "tasks/main.yml"):
+        assert (role / f).is_file(), f"{role.name}: {f} missing"
+
+
+def test_training_container_production_defaults_are_the_vendor_manuals():
+    d = _load(ROOT / "roles/training_image/defaults/main.yml")
+    assert d["training_image_gpus"] == "all"
+    assert d["training_image_shm_size"] == "32g"
+    assert d["training_image_ulimit_memlock"] == -1
+    assert d["training_image_ulimit_stack"] == 67108864
+    assert d["training_image_network_mode"] == "host"
+    assert d["training_image_privileged"] is True
+    assert d["training_image_bind_sys"] is True
+    assert d["training_image_bind_hugepages"] is True
+
+
+def test_container_sshd_defaults_to_its_own_port():
+    assert _load(ROOT / "roles/container_ssh/defaults/main.yml")["container_ssh_port"] == 2222
+
+
+def test_site_imports_stages_in_order():
+    site = _load(ROOT / "site.yml")
+    assert [s["ansible.builtin.import_playbook"] for s in site] == [
+        "playbooks/preflight.yml", "playbooks/docker.yml", "playbooks/training.yml"]
