@@ -1,5 +1,4 @@
 import pytest
-
 from ansible.module_utils.gpucluster import inventory
 
 
