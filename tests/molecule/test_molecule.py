@@ -46,7 +46,7 @@ def test_scenario(scenario, molecule_env):
     r = subprocess.run(
         ["molecule", "test", "-s", scenario.parent.name],
         cwd=role_dir,
-        env=molecule_env,
+        env={**molecule_env, "GPUCLUSTER_MOLECULE_INSTANCE": f"molecule-{role_dir.name}-{scenario.parent.name}"},
         capture_output=True,
         text=True,
         timeout=1800,
