@@ -30,10 +30,12 @@ def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):
     return inventory.format_problems(host, problems)
 
 
-def provided_args(hv, spec):
-    """The subset of ``hv`` named in a role argument spec (what the inventory sets)."""
-    options = spec.get("argument_specs", {}).get("main", {}).get("options", {})
-    return {k: hv[k] for k in options if k in hv}
+UNSET = "__gpucluster_unset__"
+
+
+def provided_args(values):
+    """Drop the names the user did not set (the vars lookup's default, ``UNSET``)."""
+    return {k: v for k, v in values.items() if v != UNSET}
 
 
 class FilterModule:

@@ -160,6 +160,9 @@ class Sandbox:
                 raise docker.errors.NotFound(c.name)
             if c.status != "running":
                 c.start()
+            # The login is this inventory's (another checkout may have started the infra).
+            self._exec(c, f"htpasswd -Bbc /srv/gpucluster/htpasswd {REGISTRY_USER} {self.registry_password()}",
+                       wait_systemd=True)
             c.reload()
             return c
         except docker.errors.NotFound:

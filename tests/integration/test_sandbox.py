@@ -98,13 +98,21 @@ def _exec(container: str, *cmd: str) -> str:
 def test_user_keys_in_daemon_json_survive(cluster):
     path = "/etc/docker/daemon.json"
     cfg = json.loads(_exec("gpucluster-node-2", "cat", path))
+    # A user adds a key of their own and changes one the role manages.
     cfg["default-address-pools"] = [{"base": "10.203.0.0/16", "size": 24}]
+    cfg["log-opts"]["max-size"] = "1m"
     _exec("gpucluster-node-2", "sh", "-c", f"cat > {path} <<'EOF'\n{json.dumps(cfg, indent=2)}\nEOF")
+    backups = "ls /etc/docker/ | grep -c '^daemon.json\\..*~$' || true"
+    before = int(_exec("gpucluster-node-2", "sh", "-c", backups))
     playbook("site.yml", "--tags", "docker", "--limit", "node-2")
     after = json.loads(_exec("gpucluster-node-2", "cat", path))
     assert after["default-address-pools"] == [{"base": "10.203.0.0/16", "size": 24}]
+    assert after["log-opts"]["max-size"] == "100m"
     assert "gpucluster-infra:5000" in after["insecure-registries"]
-    assert _exec("gpucluster-node-2", "sh", "-c", "ls /etc/docker/ | grep -c '^daemon.json.*~$' || true").strip() != "0"
+    # The user's file before the change was kept as a backup beside it.
+    assert int(_exec("gpucluster-node-2", "sh", "-c", backups)) == before + 1
+    # ...and dockerd was restarted onto the merged file and still answers.
+    assert "json-file" in _exec("gpucluster-node-2", "docker", "info", "--format", "{{.LoggingDriver}}")
 
 
 @pytest.mark.parametrize(

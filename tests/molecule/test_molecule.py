@@ -16,7 +16,10 @@ from gpucluster import images
 from gpucluster.sandbox import APT_CACHE_PORT, Sandbox, SandboxConfig
 from tests.docker_env import ROOT, docker_client, venv_env
 
-SCENARIOS = sorted(ROOT.glob("roles/*/molecule/*/molecule.yml"))
+# A scenario for real hardware (a GPU/RDMA node reached through the delegated driver) carries
+# a `.ci-skip` marker: it cannot run on this machine, and is not counted as run.
+ALL_SCENARIOS = sorted(ROOT.glob("roles/*/molecule/*/molecule.yml"))
+SCENARIOS = [p for p in ALL_SCENARIOS if not (p.parent / ".ci-skip").exists()]
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +38,7 @@ def molecule_env():
 
 def test_every_role_has_a_scenario():
     roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
-    with_scenario = sorted({p.parents[2].name for p in SCENARIOS})
+    with_scenario = sorted({p.parents[2].name for p in SCENARIOS if p.parent.name == "default"})
     assert roles == with_scenario
 
 

@@ -1,12 +1,10 @@
 from gpucluster_core import inventory_errors, provided_args
 from gpucluster_report import cidr, explain
 
-SPEC = {"argument_specs": {"main": {"options": {"docker_users": {}, "docker_data_root": {}}}}}
 
-
-def test_provided_args_are_only_what_the_inventory_sets():
-    hv = {"docker_users": ["a"], "ansible_host": "x"}
-    assert provided_args(hv, SPEC) == {"docker_users": ["a"]}
+def test_provided_args_are_only_what_the_user_set():
+    values = {"docker_users": ["a"], "docker_data_root": "__gpucluster_unset__", "docker_log_max_file": 0}
+    assert provided_args(values) == {"docker_users": ["a"], "docker_log_max_file": 0}
 
 
 def test_inventory_errors_prefix_the_host():
