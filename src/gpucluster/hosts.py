@@ -111,6 +111,7 @@ def ensure_trust(hosts: list[str], user: str, key: Path, ask_password=getpass.ge
                 "umask 077 && mkdir -p ~/.ssh && touch ~/.ssh/authorized_keys && "
                 f"(grep -qxF {q} ~/.ssh/authorized_keys || echo {q} >> ~/.ssh/authorized_keys)",
                 hide=True,
+                in_stream=False,
             )
             c.close()
             conns[h] = _connect(h, user, key)
@@ -118,7 +119,7 @@ def ensure_trust(hosts: list[str], user: str, key: Path, ask_password=getpass.ge
 
 
 def gather(conn: Connection, address: str) -> HostFacts:
-    out = {k: conn.run(cmd, hide=True, warn=True).stdout for k, cmd in PROBES.items()}
+    out = {k: conn.run(cmd, hide=True, warn=True, in_stream=False).stdout for k, cmd in PROBES.items()}
     return parse_facts(address, out)
 
 

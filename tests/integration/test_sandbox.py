@@ -150,3 +150,66 @@ def test_unreachable_node_is_named_and_the_rest_converge(cluster, tmp_path: Path
     for host in ("node-1", "node-2", "node-3"):
         assert rc[host]["failed"] == 0 and rc[host]["unreachable"] == 0
     assert "PLAY [Training containers" in r.stdout
+
+
+def test_hosts_init_installs_the_key_with_one_password_and_writes_an_inventory(cluster, tmp_path: Path):
+    """Bootstrap mode (b) against real sshd: a user whose key is not trusted yet."""
+    from gpucluster import hosts as hosts_mod
+
+    client = docker_client()
+    ips = []
+    for name in ("gpucluster-node-2", "gpucluster-node-3"):
+        c = client.containers.get(name)
+        _exec(name, "sh", "-c", "id ops >/dev/null 2>&1 || useradd -m -s /bin/bash ops; "
+                                "echo 'ops:s3cret-pw' | chpasswd; rm -f /home/ops/.ssh/authorized_keys")
+        ips.append(c.attrs["NetworkSettings"]["Networks"]["gpucluster"]["IPAddress"])
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    asked = []
+
+    def ask(prompt):
+        asked.append(prompt)
+        return "s3cret-pw"
+
+    inv = hosts_mod.init(ips, "ops", key, tmp_path / "inv", ask_password=ask)
+    assert len(asked) == 1 and all(ip in asked[0] for ip in ips)
+    doc = yaml.safe_load(inv.read_text())
+    nodes = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    assert sorted(nodes) == ["node-2", "node-3"]
+    assert nodes["node-2"]["gpucluster_gathered"]["os"].startswith("Debian GNU/Linux 12")
+    assert nodes["node-2"]["gpucluster_gathered"]["gpus"] == 0
+    # The key is now trusted: Ansible reaches both with host keys checked, no password.
+    r = run("ansible", "-i", str(inv), "gpu_nodes", "-m", "ansible.builtin.command", "-a", "id -un")
+    assert r.stdout.count("ops") == 2
+    # A second run asks nothing and keeps what a user added to the inventory.
+    nodes["node-2"]["my_var"] = 1
+    inv.write_text(yaml.safe_dump(doc))
+    hosts_mod.init(ips, "ops", key, tmp_path / "inv", ask_password=ask)
+    assert len(asked) == 1
+    assert yaml.safe_load(inv.read_text())["all"]["children"]["gpu_nodes"]["hosts"]["node-2"]["my_var"] == 1
+    assert list((tmp_path / "inv").glob("hosts.yml.*.bak"))
+
+
+def test_down_removes_exactly_what_up_created(cluster):
+    """Last test of the module: takes the sandbox down and checks nothing else went with it."""
+    client = docker_client()
+    label = {"label": ["io.gpucluster.sandbox=gpucluster"]}
+    made = {
+        "containers": {c.name for c in client.containers.list(all=True, filters=label)},
+        "volumes": {v.name for v in client.volumes.list(filters=label)},
+        "networks": {n.name for n in client.networks.list(filters=label)},
+    }
+    assert {"gpucluster-infra", "gpucluster-node-1", "gpucluster-node-2", "gpucluster-node-3"} <= made["containers"]
+    assert "gpucluster" in made["networks"] and "gpucluster-node-1-docker" in made["volumes"]
+    bystander = client.volumes.create("gpucluster-bystander-test")
+    try:
+        r = run("gpucluster", "sandbox", "down")
+        assert r.returncode == 0
+        assert client.containers.list(all=True, filters=label) == []
+        assert client.volumes.list(filters=label) == []
+        assert client.networks.list(filters=label) == []
+        assert not INVENTORY.exists()
+        client.volumes.get("gpucluster-bystander-test")  # not made by up: still there
+        assert client.images.list(name="gpucluster/node")  # the cache stays
+    finally:
+        bystander.remove()
