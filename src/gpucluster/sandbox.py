@@ -414,6 +414,11 @@ training_image_capabilities:
 training_image_ulimit_memlock: 8388608
 # No hugetlbfs mounted on sandbox nodes (the hugepages stage is not part of the sandbox).
 training_image_bind_hugepages: false
+
+# The training image's python is Debian's, which refuses pip installs outside a venv
+# (PEP 668, EXTERNALLY-MANAGED); playbooks/runtime.yml installs into it like a vendor image.
+runtime_pip_extra_args:
+  - --break-system-packages
 """
 
 

@@ -43,15 +43,6 @@ def playbook(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run("ansible-playbook", "-i", str(INVENTORY), *args, check=check)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    docker_client()
-    before = set((ROOT / "reports").glob("validate-*.json"))
-    r = run("bash", "scripts/bootstrap.sh")
-    new_reports = sorted(set((ROOT / "reports").glob("validate-*.json")) - before)
-    return {"bootstrap": r, "reports": new_reports}
-
-
 def test_bootstrap_converges_three_nodes_and_validates(cluster):
     out = cluster["bootstrap"].stdout
     hosts = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_nodes"]["hosts"]

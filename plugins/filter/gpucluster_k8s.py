@@ -1,0 +1,75 @@
+"""Kubernetes node labels from the GPU facts (``gpu_facts``: ``ansible_facts.gpucluster_gpu``).
+
+Labels (``<prefix>/...``, default prefix ``gpucluster.io``):
+
+- ``gpu-count``: GPUs nvidia-smi reports, else GPUs on the PCI bus;
+- ``gpu-model``: the GPU name (nvidia-smi, else lspci) made a label value
+  (``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``), ``mixed`` when a node has several;
+- ``nvlink``: ``true``/``false`` (any GPU pair connected by NV# in ``nvidia-smi topo -m``),
+  ``unknown`` without the topology;
+- ``gpu-topology``: ``nvswitch`` (every GPU pair on NVLink, inferred by ``parse_topo_matrix``),
+  ``nvlink``, ``pcie`` or ``unknown``;
+- and, on nodes with two or more GPUs, ``ack.node.gpu.schedule: topology``: the label with which
+  Alibaba Cloud ACK turns on topology-aware GPU scheduling for a node ("kubectl label node
+  <node> ack.node.gpu.schedule=topology", ACK "Topology-aware GPU scheduling" guide); a node
+  with that label is not used by ACK's regular GPU scheduling.
+
+Label values follow Kubernetes' syntax: at most 63 characters, ``[A-Za-z0-9]`` at both ends,
+``-_.`` inside.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+ACK_TOPOLOGY_LABEL = ("ack.node.gpu.schedule", "topology")
+_PREFIX = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_value(text: Any) -> str:
+    """``text`` as a Kubernetes label value: runs of other characters become ``-``, trimmed
+    to 63 characters, alphanumeric at both ends (``""`` when nothing is left)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text or "")).strip("-_.")
+    value = value[:63].rstrip("-_.")
+    return value
+
+
+def k8s_node_labels(gpu: Mapping[str, Any] | None, prefix: str = "gpucluster.io", ack_topology: bool = True) -> dict:
+    """The labels of one node (``{}`` for a node without GPUs)."""
+    if not _PREFIX.match(str(prefix)) or len(str(prefix)) > 253:
+        raise AnsibleFilterError(f"label prefix {prefix!r} must be a DNS subdomain, e.g. gpucluster.io")
+    gpu = gpu or {}
+    smi = gpu.get("gpus") or []
+    pci = gpu.get("pci_gpus") or []
+    count = int(gpu.get("gpu_count") or len(smi) or gpu.get("pci_gpu_count") or len(pci) or 0)
+    if count < 1:
+        return {}
+    names = sorted({label_value(g.get("name")) for g in (smi or pci) if g.get("name")})
+    model = names[0] if len(names) == 1 else ("mixed" if names else "unknown")
+    topo = gpu.get("topology")
+    if isinstance(topo, Mapping):
+        nvlink = "true" if topo.get("nvlink") else "false"
+        topology = "nvswitch" if topo.get("nvswitch") else ("nvlink" if topo.get("nvlink") else "pcie")
+    else:
+        nvlink = topology = "unknown"
+    labels = {
+        f"{prefix}/gpu-count": str(count),
+        f"{prefix}/gpu-model": model or "unknown",
+        f"{prefix}/nvlink": nvlink,
+        f"{prefix}/gpu-topology": topology,
+    }
+    if ack_topology and count > 1:
+        labels[ACK_TOPOLOGY_LABEL[0]] = ACK_TOPOLOGY_LABEL[1]
+    return labels
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpucluster_k8s_node_labels": k8s_node_labels,
+            "gpucluster_k8s_label_value": label_value,
+        }

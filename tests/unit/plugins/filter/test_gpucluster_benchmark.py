@@ -1,0 +1,206 @@
+"""The benchmark filters: scaling plan, the mpirun of each step (gpucluster.launch), parsing the
+GPU benchmark (real outputs in tests/fixtures/benchmark-output) and the CPU one, the NCCL bus
+bandwidth check against the line rate from facts, and the report input."""
+
+from __future__ import annotations
+
+import json
+
+import gpucluster_benchmark as gb
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from gpucluster import launch, report
+from tests.conftest import fixture_text
+
+LIGHT_ENV = {"LIGHT_2D_ALLREDUCE": "0", "LIGHT_INTRA_SIZE": "8", "LIGHT_HIERARCHICAL_THRESHOLD": "1073741824",
+             "LIGHT_TOPK_ALLREDUCE": "0", "LIGHT_TOPK_RATIO": "0.01", "LIGHT_TOPK_THRESHOLD": "1048576",
+             "LIGHT_TOPK_FP16": "0"}
+SPEC = {"name": "benchmark", "image": "registry:5000/train:1", "runtime": "lightcc", "profile_env": LIGHT_ENV,
+        "command": ["python", "/opt/horovod/examples/pytorch/pytorch_synthetic_benchmark.py", "--model", "resnet50"],
+        "env": {"PYTHONUNBUFFERED": "1"}, "network_interface": "192.0.2.0/24", "ssh_port": 2222}
+
+
+# --- plan --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expect"),
+    [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])],
+)
+def test_default_node_counts_double_up_to_all(nodes, expect):
+    assert gb.default_node_counts(nodes) == expect
+
+
+def test_plan_on_8_gpu_nodes_is_1_gpu_1_node_then_nodes():
+    plan = gb.benchmark_plan(["n1", "n2", "n3", "n4"], 8)
+    assert [(s["name"], s["gpus"], s["nodes"], s["ranks_per_node"], s["hosts"]) for s in plan] == [
+        ("1 GPU", 1, 1, 1, ["n1"]),
+        ("1 node", 8, 1, 8, ["n1"]),
+        ("2 nodes", 16, 2, 8, ["n1", "n2"]),
+        ("4 nodes", 32, 4, 8, ["n1", "n2", "n3", "n4"]),
+    ]
+
+
+def test_plan_with_one_rank_per_node_runs_1_gpu_once():
+    plan = gb.benchmark_plan(["node-1", "node-2", "node-3"], "1")
+    assert [(s["name"], s["gpus"], s["hosts"]) for s in plan] == [
+        ("1 GPU = 1 node", 1, ["node-1"]), ("2 nodes", 2, ["node-1", "node-2"]),
+        ("3 nodes", 3, ["node-1", "node-2", "node-3"])]
+
+
+def test_plan_with_chosen_counts_and_refusals():
+    assert [s["gpus"] for s in gb.benchmark_plan(["a", "b", "c"], 2, [3, 1])] == [1, 2, 6]
+    with pytest.raises(AnsibleFilterError, match=r"benchmark_node_counts \[4\] exceed the 3 nodes"):
+        gb.benchmark_plan(["a", "b", "c"], 2, [4])
+    with pytest.raises(AnsibleFilterError, match="positive integer"):
+        gb.benchmark_plan(["a"], 0)
+    with pytest.raises(AnsibleFilterError, match="no hosts"):
+        gb.benchmark_plan([], 8)
+
+
+# --- mpirun of each step -------------------------------------------------------------------------
+
+
+def test_argv_is_launch_render_mpirun_with_the_profile_exported():
+    step = gb.benchmark_plan(["n1", "n2"], 8)[2]
+    argv = gb.benchmark_argv(step, SPEC)
+    assert argv == launch.render_mpirun(gb.benchmark_job(step, SPEC))
+    assert argv[:6] == ["mpirun", "--allow-run-as-root", "-np", "16", "-H", "n1:8,n2:8"]
+    exports, forwarded = launch.mpirun_exports(argv)
+    assert exports == {**LIGHT_ENV, "PYTHONUNBUFFERED": "1"}
+    assert forwarded == ["PATH", "LD_LIBRARY_PATH"]
+    assert argv[argv.index("btl_tcp_if_include") + 1] == "192.0.2.0/24"
+    assert argv[argv.index("plm_rsh_args") + 1] == "-p 2222"
+    assert argv[-4:] == SPEC["command"][-4:]
+
+
+def test_one_gpu_step_shrinks_the_intra_size_to_a_divisor():
+    step = gb.benchmark_plan(["n1"], 8)[0]
+    exports, _ = launch.mpirun_exports(gb.benchmark_argv(step, SPEC))
+    assert exports["LIGHT_INTRA_SIZE"] == "1"
+    assert gb.benchmark_notes(step, LIGHT_ENV) == ["LIGHT_INTRA_SIZE 8 -> 1 for 1 rank(s) per node"]
+    assert gb.benchmark_notes(gb.benchmark_plan(["n1"], 8)[1], LIGHT_ENV) == []
+
+
+def test_nccl_variables_of_the_env_file_go_to_nccl_env_and_loopback_is_refused():
+    spec = {**SPEC, "profile_env": {**LIGHT_ENV, "NCCL_DEBUG": "INFO"}, "nccl_env": {"NCCL_ALGO": "Ring"}}
+    job = gb.benchmark_job(gb.benchmark_plan(["n1"], 1)[0], spec)
+    assert job["nccl_env"] == {"NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring"}
+    with pytest.raises(AnsibleFilterError, match="loopback"):
+        gb.benchmark_argv(gb.benchmark_plan(["n1"], 1)[0], {**SPEC, "network_interface": "lo"})
+
+
+def test_horovod_profile_is_validated_too():
+    step = gb.benchmark_plan(["n1"], 1)[0]
+    with pytest.raises(AnsibleFilterError, match="LIGHT_TOPK_RATIO is read only by LightCC"):
+        gb.benchmark_argv(step, {**SPEC, "runtime": "horovod"})
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+def test_gpu_results_from_real_horovod_outputs():
+    one = gb.benchmark_result(fixture_text("benchmark-output/E01_horovod_pytorch_synth_1gpu_gloo_prefix.txt"),
+                              {"name": "1 GPU", "gpus": 1, "nodes": 1, "hosts": ["n1"]}, "horovod", "gpu")
+    assert one["throughput"] == 124.7 and one["unit"] == "img/sec" and one["ci"] == 3.1 and one["model"] == "resnet50"
+    eight = gb.benchmark_result(fixture_text("benchmark-output/E02_horovod_tf2_synth_8gpu_singlenode_horovodrun.txt"),
+                                {"name": "1 node", "gpus": 8, "nodes": 1, "hosts": ["n1"]}, "horovod", "gpu")
+    assert eight["throughput"] == 4800.1 and eight["gpus"] == 8
+    rep = report.build_report([one, eight])
+    assert rep["series"]["horovod"][1]["efficiency"] == pytest.approx(4800.1 / (8 * 124.7))
+
+
+def test_gpu_result_with_the_wrong_gpu_count_or_no_result_line():
+    text = fixture_text("benchmark-output/E02_horovod_tf2_synth_8gpu_singlenode_horovodrun.txt")
+    with pytest.raises(AnsibleFilterError, match="reports 8 GPU"):
+        gb.benchmark_result(text, {"name": "2 nodes", "gpus": 16, "nodes": 2, "hosts": ["a", "b"]}, "horovod")
+    with pytest.raises(AnsibleFilterError, match="neither a Horovod synthetic benchmark"):
+        gb.benchmark_result("Running warmup...\n", {"name": "x", "gpus": 1, "nodes": 1, "hosts": ["a"]}, "horovod")
+
+
+def cpu_output(**change):
+    data = {"benchmark": "cpu-data-parallel-mlp", "device": "cpu", "unit": "samples/sec", "ranks": 2,
+            "hosts": ["node-1", "node-2"], "model": "mlp-256-512-512-10", "batch_size": 64, "total": 3000.5,
+            "total_ci": 40.0, "per_rank": 1500.25, "loss_first": 3.2, "loss_last": 0.1, "params_in_sync": True}
+    data.update(change)
+    return "Model: mlp\nTotal samples/sec on 2 CPU rank(s): 3000.5 +-40.0\n" + json.dumps(data) + "\n"
+
+
+STEP2 = {"name": "2 nodes", "gpus": 2, "nodes": 2, "ranks_per_node": 1, "hosts": ["node-1", "node-2"]}
+
+
+def test_cpu_result():
+    r = gb.benchmark_result(cpu_output(), STEP2, "lightcc", "cpu")
+    assert r["throughput"] == 3000.5 and r["unit"] == "samples/sec" and r["gpus"] == 2 and r["runtime"] == "lightcc"
+    assert r["loss_last"] < r["loss_first"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        (cpu_output(ranks=1), "ran on 1 ranks, the step asked for 2"),
+        (cpu_output(hosts=["node-1", "node-1"]), "no rank ran on node-2"),
+        (cpu_output(params_in_sync=False), "parameters differ"),
+        ("Running warmup...\n", "printed no JSON"),
+        ('{"device": "gpu", "total": 1}\n', "not a CPU benchmark result"),
+    ],
+)
+def test_cpu_result_refusals(text, expect):
+    with pytest.raises(AnsibleFilterError, match=expect):
+        gb.benchmark_result(text, STEP2, "lightcc", "cpu")
+
+
+def test_results_of_a_loop_and_the_report_input():
+    runs = [{"item": STEP2, "stdout": cpu_output(), "rc": 0}]
+    results = gb.benchmark_results(runs, "lightcc", "cpu")
+    data = gb.benchmark_report_input(results, "CPU benchmark", "CPU ranks")
+    assert report.load_results(data)[1] == {"title": "CPU benchmark", "note": "CPU ranks"}
+    with pytest.raises(AnsibleFilterError, match="no benchmark results"):
+        gb.benchmark_report_input([], "t", "n")
+
+
+def test_log_summary_says_which_step_failed_and_why():
+    ok = gb.benchmark_log({"item": STEP2, "rc": 0, "stdout": "x", "stderr": ""}, "lightcc", 900)
+    assert ok["summary"] == "2 nodes (2 rank(s) on node-1, node-2, lightcc): ok" and ok["output"] == "x"
+    hung = gb.benchmark_log({"item": STEP2, "rc": 124, "stdout": "", "stderr": "e"}, "lightcc", 900)
+    assert "killed after 900 s (benchmark_timeout_s)" in hung["summary"]
+    dead = gb.benchmark_log({"item": STEP2, "rc": None, "msg": "No such container"}, "horovod")
+    assert dead["output"] == "No such container" and dead["summary"].endswith("exited None")
+
+
+# --- nccl-tests and the line rate ------------------------------------------------------------------
+
+
+def test_line_rate_from_rdma_facts_per_gpu():
+    rdma = {"hcas": [{"ports": [{"port": 1, "state": "ACTIVE", "active": True, "rate_gbps": 200, "netdev": "ib0"}]},
+                     {"ports": [{"port": 1, "state": "DOWN", "active": False, "rate_gbps": 200, "netdev": "ib1"}]},
+                     {"ports": [{"port": 1, "state": "ACTIVE", "active": True, "rate_gbps": 200, "netdev": "ib2"}]}]}
+    rate = gb.benchmark_line_rate(rdma, {"device": "eth0", "speed": 25000}, 8)
+    assert rate["gbit"] == 50.0
+    assert rate["source"] == "2 active RDMA port(s) (ib0, ib2), 400 Gbit/s over 8 GPU(s)"
+
+
+def test_line_rate_from_the_interface_speed_else_nothing():
+    assert gb.benchmark_line_rate({}, {"device": "eth0", "speed": 100000}, 4)["gbit"] == 25.0
+    assert gb.benchmark_line_rate(None, {"device": "eth0", "speed": -1}, 4)["gbit"] == 0.0
+
+
+def test_nccl_check_on_real_outputs():
+    h100 = fixture_text("benchmark-output/E08_nccl_tests_allreduce_2node_16x_h100_gcp_a3mega.txt")
+    ok = gb.benchmark_nccl_check(h100, 200, 0.8)
+    assert ok["passed"] and ok["peak_busbw"] == 338.82 and ok["avg_busbw"] == 70.742 and ok["ranks"] == 16
+    low = gb.benchmark_nccl_check(h100, 4000, 0.8)
+    assert not low["passed"] and "too low" in low["message"]
+    died = gb.benchmark_nccl_check(
+        fixture_text("benchmark-output/E11_nccl_tests_allreduce_2node_errored_internal_error.txt"), 100, 0.8)
+    assert not died["passed"] and "run failed" in died["message"]
+    cut = gb.benchmark_nccl_check("# nThread 1 nGpus 1\n", 100, 0.8)
+    assert not cut["passed"] and cut["peak_busbw"] is None
+    with pytest.raises(AnsibleFilterError, match="fraction"):
+        gb.benchmark_nccl_check(h100, 100, 1.5)
+
+
+def test_filter_names():
+    names = gb.FilterModule().filters()
+    assert all(n.startswith("gpucluster_benchmark_") for n in names)
