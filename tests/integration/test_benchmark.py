@@ -73,6 +73,8 @@ def remove_stand_ins() -> None:
     """Leave the sandbox as the bootstrap made it: no Horovod package, no plugin placeholder."""
     for node in sandbox_nodes():
         node_exec(node, "rm", "-f", PLUGIN, PLUGIN_ASIDE)
+        # The directories go too when nothing else (the nccl_net_plugin role) put files there.
+        node_exec(node, "sh", "-c", f"rmdir {Path(PLUGIN_ASIDE).parent} {Path(PLUGIN).parent} 2>/dev/null || true")
         installed = [name for name, version in packages(node).items() if version]
         if installed:
             pip = node_exec(node, "sh", "-c", f"ls {WHEEL_DIR}/pip-*.whl | head -1").strip()
