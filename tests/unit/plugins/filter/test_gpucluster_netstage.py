@@ -1,0 +1,76 @@
+"""The gpucluster_netstage filter plugin: names, error mapping, use from a template."""
+
+from __future__ import annotations
+
+import gpucluster_netstage
+import jinja2
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from tests.conftest import fixture_text
+
+FILTERS = gpucluster_netstage.FilterModule().filters()
+C20 = "hugepages/C20_hugepages_runtime_alloc_kubelet_reports_zero.1-node-facts.txt"
+
+
+def test_filter_names():
+    assert set(FILTERS) == {
+        "multi_nic_resolve", "multi_nic_plan", "multi_nic_probes", "multi_nic_numa_nodes", "multi_nic_gpu_map",
+        "cloud_eni_multi_nic",
+        "nccl_rdma_ports", "nccl_container_env", "nccl_parse_conf", "hugepages_cmdline_active", "hugepages_grub_args",
+        "hugepages_parse_mounts", "hugepages_node_status",
+    }
+
+
+FACTS = {
+    "interfaces": ["eth0", "eth1"],
+    "default_ipv4": {"interface": "eth0"},
+    "eth0": {"device": "eth0", "active": True, "macaddress": "52:54:00:00:00:01",
+             "ipv4": {"address": "172.31.0.5", "prefix": "20"}},
+    "eth1": {"device": "eth1", "active": True, "macaddress": "52:54:00:00:00:02"},
+}
+
+
+def test_errors_become_ansible_filter_errors():
+    with pytest.raises(AnsibleFilterError, match="multi_nic_resolve: .*holds the node's default route"):
+        FILTERS["multi_nic_resolve"]([{"name": "eth0"}], FACTS)
+
+
+def test_template_chain_resolve_map_probes():
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    tpl = env.from_string(
+        "{% set nics = specs | multi_nic_resolve(facts, '9000') %}"
+        "{{ nics[0].name }} {{ nics[0].mtu }} {{ (nics[0] | multi_nic_probes).peer }} "
+        "{{ (nics | multi_nic_gpu_map({'topology': none}, none, numa, '2')) | map(attribute='nic') | join(',') }}"
+    )
+    out = tpl.render(specs=[{"mac": "52:54:00:00:00:02", "address": "10.0.64.13/20"}], facts=FACTS,
+                     numa="/sys/class/net/eth1/device/numa_node:-1\n")
+    assert out == "eth1 9000 10.0.79.254 eth1,eth1"
+
+
+def test_hugepages_filters_on_c20():
+    text = fixture_text(C20)
+    mounts = FILTERS["hugepages_parse_mounts"](text)
+    assert [m["mountpoint"] for m in mounts] == ["/dev/hugepages"]
+    plan = {"pools": [{"page_size": 2 * 1024**2, "count": 4096}], "default_size": 2 * 1024**2, "mem_total": 0}
+    status = FILTERS["hugepages_node_status"](plan, text, "ro", runtime={"requested": True, "applied": True})
+    assert status["state"] == "ok"
+    assert FILTERS["hugepages_cmdline_active"](plan, "default_hugepagesz=2M hugepagesz=2M hugepages=4096")
+
+
+def test_nccl_parse_conf_and_eni_filter():
+    assert FILTERS["nccl_parse_conf"]("# x\nNCCL_DEBUG=INFO\n") == {"NCCL_DEBUG": "INFO"}
+    out = FILTERS["cloud_eni_multi_nic"]([{"mac": "52:54:00:00:00:02", "private_ip": "10.0.64.13"}], "10.0.64.0/20")
+    assert out == [{"mac": "52:54:00:00:00:02", "address": "10.0.64.13/20", "gateway": "10.0.64.1"}]
+    with pytest.raises(AnsibleFilterError, match="cloud_eni_subnet_cidr"):
+        FILTERS["cloud_eni_multi_nic"]([], "nonsense")
+
+
+def test_multi_nic_plan_adds_tables_rules_and_probes():
+    plan = FILTERS["multi_nic_plan"]([{"name": "eth1", "address": "10.0.64.13/20", "gateway": "10.0.64.1"}], FACTS,
+                                     0, "200")
+    assert plan[0]["table"] == 201 and plan[0]["rule"] == "from 10.0.64.13 table 201"
+    assert plan[0]["route"] == "10.0.64.0/20 dev eth1 src 10.0.64.13 table 201"
+    assert plan[0]["probes"] == {"peer": "10.0.79.254", "remote": "192.0.2.1"}
+    assert plan[0]["probe_list"] == ["10.0.79.254", "192.0.2.1"]
