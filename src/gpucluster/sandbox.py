@@ -415,6 +415,24 @@ training_image_ulimit_memlock: 8388608
 # No hugetlbfs mounted on sandbox nodes (the hugepages stage is not part of the sandbox).
 training_image_bind_hugepages: false
 
+# GPU and RDMA host stack (playbooks/host_stack.yml). The NVIDIA 535 driver installs for
+# real from Debian non-free, but the nodes run the machine's kernel, for which Debian has
+# no headers: DKMS builds nothing, the driver stays installed-not-loaded, and with no GPU
+# on the PCI bus that is the expected state (no reboot is asked for).
+nvidia_driver_install_headers: false
+# Containers cannot reboot: a node that needed it would fail at the reboot point instead.
+gpucluster_allow_reboot: false
+# rdma-core and tools install for real; there is no RDMA device, so no port checks and
+# GPUDirect RDMA (gpudirect_mode: auto) reports it has nothing to connect. Root lacks
+# CAP_SYS_RESOURCE here, so no process can raise memlock above the 8 MiB hard limit:
+# pam_limits could not apply an unlimited value at SSH logins, and dockerd could not
+# start a container with it (ENVIRONMENT.md), so both stay at that limit.
+rdma_memlock: "8192"
+rdma_docker_memlock: 8388608
+# NVIDIA's container toolkit repository is not reachable from this machine (its
+# repository and key logic is tested by roles/nvidia_container_toolkit/molecule).
+nvidia_container_toolkit_enabled: false
+
 # The training image's python is Debian's, which refuses pip installs outside a venv
 # (PEP 668, EXTERNALLY-MANAGED); playbooks/runtime.yml installs into it like a vendor image.
 runtime_pip_extra_args:
