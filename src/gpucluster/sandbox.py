@@ -412,7 +412,8 @@ training_image_privileged: false
 training_image_capabilities:
   - SYS_PTRACE
 training_image_ulimit_memlock: 8388608
-# No hugetlbfs mounted on sandbox nodes (the hugepages stage is not part of the sandbox).
+# The training container does not bind /dev/hugepages: the nodes get no hugepages (the
+# network stage's pages wait for a reboot that containers do not get).
 training_image_bind_hugepages: false
 
 # GPU and RDMA host stack (playbooks/host_stack.yml). The NVIDIA 535 driver installs for
@@ -432,6 +433,21 @@ rdma_docker_memlock: 8388608
 # NVIDIA's container toolkit repository is not reachable from this machine (its
 # repository and key logic is tested by roles/nvidia_container_toolkit/molecule).
 nvidia_container_toolkit_enabled: false
+
+# Network stage (playbooks/network.yml). The nodes are containers that GRUB never boots:
+# the hugepages drop-in is written (two 1 GiB pages: no GPU here, and the nodes share this
+# machine's memory), no boot configuration is regenerated, no reboot is asked for, and the
+# stage reports the pages as pending; /proc/sys is read-only in the nodes.
+hugepages_count: 2
+hugepages_bootloader_update: false
+# No cloud API and no second NIC: no ENIs, no policy routing. No NCCL net plugin library
+# exists here, so the plugin stays disabled (its molecule scenario builds a stand-in).
+cloud_eni_provider: ""
+multi_nic_interfaces: []
+nccl_net_plugin_enabled: false
+# The training container gets the NCCL settings nccl_env wrote on the node, read back as a
+# local fact, so a run of the training stage alone keeps them.
+training_image_env: "{{{{ ansible_local.gpucluster_nccl.container_env | default({{}}) }}}}"
 
 # The training image's python is Debian's, which refuses pip installs outside a venv
 # (PEP 668, EXTERNALLY-MANAGED); playbooks/runtime.yml installs into it like a vendor image.

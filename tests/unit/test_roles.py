@@ -53,5 +53,5 @@ def test_container_sshd_defaults_to_its_own_port():
 def test_site_imports_stages_in_order():
     site = _load(ROOT / "site.yml")
     assert [s["ansible.builtin.import_playbook"] for s in site] == [
-        "playbooks/preflight.yml", "playbooks/host_stack.yml", "playbooks/docker.yml",
+        "playbooks/preflight.yml", "playbooks/host_stack.yml", "playbooks/network.yml", "playbooks/docker.yml",
         "playbooks/nvidia_container_toolkit.yml", "playbooks/training.yml"]
