@@ -75,6 +75,7 @@ class FilterModule:
 
     def filters(self):
         table = {
+            "net_interfaces_sorted": netstage.sorted_interfaces,
             "multi_nic_resolve": multi_nic_resolve,
             "multi_nic_plan": multi_nic_plan,
             "multi_nic_probes": netstage.probe_destinations,

@@ -85,6 +85,15 @@ def node_interfaces(facts: dict) -> dict:
     return out
 
 
+def sorted_interfaces(facts: dict) -> list:
+    """``nccl_env.interfaces_from_ansible_facts()`` in natural name order (eth2 before eth10).
+
+    Ansible lists ``ansible_facts.interfaces`` in no fixed order (it differs between two runs
+    on one node), so anything rendered from it in fact order would change on every run.
+    """
+    return sorted(nccl_env.interfaces_from_ansible_facts(facts), key=lambda i: gpu.natural_key(i["name"]))
+
+
 def resolve_secondary_nics(specs, facts: dict, mtu=0) -> list:
     """Resolve ``multi_nic_interfaces`` against the node's facts (see the module docstring).
 

@@ -15,8 +15,8 @@ C20 = "hugepages/C20_hugepages_runtime_alloc_kubelet_reports_zero.1-node-facts.t
 
 def test_filter_names():
     assert set(FILTERS) == {
-        "multi_nic_resolve", "multi_nic_plan", "multi_nic_probes", "multi_nic_numa_nodes", "multi_nic_gpu_map",
-        "cloud_eni_multi_nic",
+        "net_interfaces_sorted", "multi_nic_resolve", "multi_nic_plan", "multi_nic_probes", "multi_nic_numa_nodes",
+        "multi_nic_gpu_map", "cloud_eni_multi_nic",
         "nccl_rdma_ports", "nccl_container_env", "nccl_parse_conf", "hugepages_cmdline_active", "hugepages_grub_args",
         "hugepages_parse_mounts", "hugepages_node_status",
     }

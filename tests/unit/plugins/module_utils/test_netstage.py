@@ -348,3 +348,13 @@ def test_container_env_merges_nccl_mca_plugin_and_extra_as_strings():
     assert "OMPI_MCA_btl_tcp_if_include" not in netstage.container_env(rendered, False)
     with pytest.raises(NetStageError, match="not an environment variable name"):
         netstage.container_env(rendered, False, {"BAD-NAME": "x"})
+
+
+def test_sorted_interfaces_make_the_rendering_independent_of_fact_order():
+    a = facts(eth10={"active": True, "ipv4": {"address": "10.0.10.5", "prefix": "24"}},
+              eth2={"active": True, "ipv4": {"address": "10.0.2.5", "prefix": "24"}})
+    b = dict(a, interfaces=list(reversed(a["interfaces"])))
+    assert [i["name"] for i in netstage.sorted_interfaces(a)] == ["docker0", "eth0", "eth2", "eth10", "lo"]
+    env_a = render_nccl_env(netstage.sorted_interfaces(a))["env"]["NCCL_SOCKET_IFNAME"]
+    env_b = render_nccl_env(netstage.sorted_interfaces(b))["env"]["NCCL_SOCKET_IFNAME"]
+    assert env_a == env_b == "=eth0,eth2,eth10"
