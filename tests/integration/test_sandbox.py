@@ -16,32 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docker_env import ROOT, docker_client, venv_env
+from tests.docker_env import docker_client
+from tests.integration.conftest import INVENTORY, playbook, recap, run
 
 pytestmark = pytest.mark.integration
-INVENTORY = ROOT / "inventory" / "sandbox" / "hosts.yml"
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
-    r"failed=(?P<failed>\d+)",
-    re.M,
-)
-
-
-def run(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
-    r = subprocess.run(list(args), cwd=ROOT, env=venv_env(NO_COLOR="1"), capture_output=True, text=True,
-                       timeout=timeout)
-    if check and r.returncode != 0:
-        pytest.fail(f"{' '.join(args)} exited {r.returncode}:\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}")
-    return r
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"} for m in RECAP.finditer(output)}
-
-
-def playbook(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return run("ansible-playbook", "-i", str(INVENTORY), *args, check=check)
-
 
 def test_bootstrap_converges_three_nodes_and_validates(cluster):
     out = cluster["bootstrap"].stdout

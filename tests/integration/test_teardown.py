@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.docker_env import docker_client
-from tests.integration.test_sandbox import INVENTORY, run
+from tests.integration.conftest import INVENTORY, run
 
 
 def test_down_removes_exactly_what_up_created(cluster):
