@@ -434,7 +434,7 @@ rdma_docker_memlock: 8388608
 # repository and key logic is tested by roles/nvidia_container_toolkit/molecule).
 nvidia_container_toolkit_enabled: false
 
-# Network stage (playbooks/network.yml). The nodes are containers that GRUB never boots:
+# Hugepages (playbooks/host_stack.yml). The nodes are containers that GRUB never boots:
 # the hugepages drop-in is written (two 1 GiB pages: no GPU here, and the nodes share this
 # machine's memory), no boot configuration is regenerated, no reboot is asked for, and the
 # stage reports the pages as pending; /proc/sys is read-only in the nodes.
@@ -445,9 +445,6 @@ hugepages_bootloader_update: false
 cloud_eni_provider: ""
 multi_nic_interfaces: []
 nccl_net_plugin_enabled: false
-# The training container gets the NCCL settings nccl_env wrote on the node, read back as a
-# local fact, so a run of the training stage alone keeps them.
-training_image_env: "{{{{ ansible_local.gpucluster_nccl.container_env | default({{}}) }}}}"
 
 # The training image's python is Debian's, which refuses pip installs outside a venv
 # (PEP 668, EXTERNALLY-MANAGED); playbooks/runtime.yml installs into it like a vendor image.

@@ -159,6 +159,10 @@ def check_node(node: str, runtime: str) -> None:
     # The container's environment is the env file (it was recreated with it).
     live = dict(line.split("=", 1) for line in container(node, "env").splitlines() if "=" in line)
     assert {k: v for k, v in live.items() if k.startswith(("LIGHT_", "HOROVOD_"))} == profile
+    # ... over the NCCL stage's settings, which the switch keeps (from the node's local fact).
+    nccl = json.loads(node_exec(node, "cat", "/etc/ansible/facts.d/gpucluster_nccl.fact"))["container_env"]
+    assert nccl["NCCL_SOCKET_IFNAME"].startswith("=") and "OMPI_MCA_btl_tcp_if_include" in nccl, nccl
+    assert {k: live.get(k) for k in nccl} == nccl
     if runtime == "horovod":
         assert packages(node) == {"light-horovod": None, "horovod": "0.28.1"}
         assert plugin_state(node) == (False, True)
@@ -189,6 +193,26 @@ def test_switch_both_ways_and_a_second_run_changes_nothing(stand_ins):
         rc = recap(again.stdout)
         assert sorted(rc) == nodes
         assert all(v["changed"] == 0 for v in rc.values()), again.stdout[-6000:]
+
+
+def test_a_converge_after_a_switch_keeps_it(stand_ins):
+    # site.yml after runtime.yml must neither undo the switch nor recreate the container (which
+    # would lose what pip installed in it): both compose the container's environment the same way.
+    nodes = sandbox_nodes()
+    playbook("playbooks/runtime.yml", "-e", "runtime=horovod", "-e", f"@{stand_ins}")
+    try:
+        started = {n: node_exec(n, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}", "gpucluster-train")
+                   for n in nodes}
+        site = playbook("site.yml")
+        rc = recap(site.stdout)
+        assert sorted(rc) == nodes
+        assert all(v["changed"] == 0 and v["failed"] == 0 for v in rc.values()), site.stdout[-6000:]
+        for node in nodes:
+            assert node_exec(node, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}",
+                             "gpucluster-train") == started[node]
+            check_node(node, "horovod")
+    finally:
+        playbook("playbooks/runtime.yml", "-e", "runtime=lightcc", "-e", f"@{stand_ins}")
 
 
 # --- benchmark.yml ----------------------------------------------------------------------------------

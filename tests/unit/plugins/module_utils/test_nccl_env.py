@@ -544,3 +544,22 @@ def test_render_nccl_conf_text():
         render_nccl_conf({"NCCL_DEBUG": "WARN\nNCCL_P2P_DISABLE=1"})
     with pytest.raises(NcclEnvError, match="not an environment variable name"):
         render_nccl_conf({"nccl debug": "WARN"})
+
+
+@pytest.mark.parametrize(
+    "ifaces,ports",
+    [
+        ([ETH0, {"name": "docker0", "state": "up", "ipv4": ["172.17.0.1/16"]}], []),
+        ([ETH0], [_port("mlx5_10", "InfiniBand"), _port("mlx5_2", "InfiniBand"), _port("mlx5_1", "Ethernet")]),
+        ([{"name": "bond0", "state": "up", "ipv4": ["192.0.2.6/24"], "type": "bonding"}],
+         [{"device": "mlx5_bond_0", "port": 1, "state": "PORT_ACTIVE (4)", "link_layer": "Ethernet",
+           "netdev": "bond0", "gids": c32_gids()}]),
+    ],
+)
+def test_rendering_again_from_the_recorded_choice_gives_the_same_settings(ifaces, ports):
+    # playbooks/runtime.yml re-renders /etc/nccl.conf from what the last converge recorded
+    # (ansible_local.gpucluster_nccl: data_interfaces, hcas) because it has no GPU-NIC map;
+    # the result must be what site.yml wrote, or the next converge would change the node again.
+    first = render_nccl_env(ifaces, ports)
+    again = render_nccl_env(ifaces, ports, data_interfaces=first["data_interfaces"], hcas=first["hcas"] or None)
+    assert again["env"] == first["env"] and again["mca"] == first["mca"]
