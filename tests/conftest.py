@@ -32,3 +32,15 @@ def fixtures_dir() -> Path:
 def fixture_text(relpath: str) -> str:
     """Text of one fixture file, exactly as captured (tabs and trailing spaces kept)."""
     return (FIXTURES / relpath).read_text(encoding="utf-8", errors="surrogateescape")
+
+
+def cut_text(text, fraction=0.5):
+    """``text`` cut inside a line near ``fraction`` of its length (a cut exactly at a line or
+    block boundary is a shorter but well-formed output, which no parser can tell apart)."""
+    pos = int(len(text) * fraction)
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", start)
+    while end >= 0 and not text[start:end].strip():  # a blank line: take the next one
+        start, end = end + 1, text.find("\n", end + 1)
+    end = len(text) if end < 0 else end
+    return text[: start + max(1, (end - start) // 3)]

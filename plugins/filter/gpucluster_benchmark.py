@@ -28,10 +28,12 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from gpucluster import bench, launch
-except ImportError:  # AWX / ansible-pull run from a checkout without `pip install .`
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from gpucluster import bench, launch
+    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
+except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import gpucluster_filter_utils  # noqa: F401
+
+from gpucluster import bench, launch
 
 CPU_UNIT = "samples/sec"
 _PROFILE_PREFIXES = ("LIGHT_", "HOROVOD_")

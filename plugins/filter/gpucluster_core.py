@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-
-import ansible.module_utils
+import sys
 
 try:
-    from ansible.module_utils.gpucluster import inventory
-except ImportError:  # the filter runs on the controller, outside a module's package
-    ansible.module_utils.__path__.append(os.path.join(os.path.dirname(__file__), "..", "module_utils"))
-    from ansible.module_utils.gpucluster import inventory
+    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
+except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import gpucluster_filter_utils  # noqa: F401
+
+from ansible.module_utils.gpucluster import inventory
 
 
 def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):

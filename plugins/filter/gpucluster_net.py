@@ -17,37 +17,16 @@ Examples::
 
 from __future__ import annotations
 
-import functools
 import os
-
-from ansible.errors import AnsibleFilterError
+import sys
 
 try:
-    from ansible.module_utils.gpucluster import diagnose, hugepages, nccl_env
-except ImportError:
-    # Outside a collection: make <plugins>/module_utils importable as ansible.module_utils.*
-    import ansible.module_utils
+    from gpucluster_filter_utils import value_errors  # also puts plugins/module_utils on the import path
+except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from gpucluster_filter_utils import value_errors
 
-    _MODULE_UTILS = os.path.normpath(
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-    )
-    if _MODULE_UTILS not in list(ansible.module_utils.__path__):
-        ansible.module_utils.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.gpucluster import diagnose, hugepages, nccl_env
-
-
-def _filter(func):
-    """Turn the logic's ValueError into AnsibleFilterError, keeping the message."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ValueError as exc:
-            raise AnsibleFilterError(f"{func.__name__}: {exc}") from exc
-
-    return wrapper
-
+from ansible.module_utils.gpucluster import diagnose, hugepages, nccl_env
 
 # ---- hugepages ------------------------------------------------------------------------------
 
@@ -168,4 +147,4 @@ class FilterModule:
             "memlock_check": memlock_check,
             "insecure_ssh_options": diagnose.find_insecure_ssh_options,
         }
-        return {name: _filter(func) for name, func in table.items()}
+        return {name: value_errors(func, named=True) for name, func in table.items()}

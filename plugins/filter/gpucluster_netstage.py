@@ -15,36 +15,16 @@ Examples::
 
 from __future__ import annotations
 
-import functools
 import os
-
-from ansible.errors import AnsibleFilterError
+import sys
 
 try:
-    from ansible.module_utils.gpucluster import hugepages, nccl_env, netstage
-except ImportError:
-    # Outside a collection: make <plugins>/module_utils importable as ansible.module_utils.*
-    import ansible.module_utils
+    from gpucluster_filter_utils import value_errors  # also puts plugins/module_utils on the import path
+except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from gpucluster_filter_utils import value_errors
 
-    _MODULE_UTILS = os.path.normpath(
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-    )
-    if _MODULE_UTILS not in list(ansible.module_utils.__path__):
-        ansible.module_utils.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.gpucluster import hugepages, nccl_env, netstage
-
-
-def _filter(func):
-    """Turn the logic's ValueError into AnsibleFilterError, keeping the message."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ValueError as exc:
-            raise AnsibleFilterError(f"{func.__name__}: {exc}") from exc
-
-    return wrapper
+from ansible.module_utils.gpucluster import hugepages, nccl_env, netstage
 
 
 def multi_nic_resolve(specs, facts, mtu=0):
@@ -90,4 +70,4 @@ class FilterModule:
             "hugepages_parse_mounts": hugepages.parse_hugetlbfs_mounts,
             "hugepages_node_status": hugepages_node_status,
         }
-        return {name: _filter(func) for name, func in table.items()}
+        return {name: value_errors(func, named=True) for name, func in table.items()}

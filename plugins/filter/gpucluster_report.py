@@ -7,19 +7,15 @@ import json
 import os
 import sys
 
-import ansible.module_utils
-
 try:
-    from ansible.module_utils.gpucluster import diagnose
-except ImportError:  # outside a module's package the plugins' module_utils are not on the path
-    ansible.module_utils.__path__.append(os.path.join(os.path.dirname(__file__), "..", "module_utils"))
-    from ansible.module_utils.gpucluster import diagnose
+    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
+except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import gpucluster_filter_utils  # noqa: F401
 
-try:
-    from gpucluster import allreduce
-except ImportError:  # AWX / ansible-pull run from a checkout without `pip install .`
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from gpucluster import allreduce
+from ansible.module_utils.gpucluster import diagnose
+
+from gpucluster import allreduce
 
 
 def allreduce_report(stdout):

@@ -32,10 +32,12 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from gpucluster import runtime
-except ImportError:  # AWX / ansible-pull run from a checkout without `pip install .`
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    from gpucluster import runtime
+    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
+except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import gpucluster_filter_utils  # noqa: F401
+
+from gpucluster import runtime
 
 #: The distribution each runtime is (pip names). light-horovod is the vendor's Horovod build and
 #: imports as ``horovod`` too, so the two cannot be installed side by side.

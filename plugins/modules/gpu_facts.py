@@ -133,9 +133,9 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster.facts import parse_or_fail, run_tool
 from ansible.module_utils.gpucluster.gpu import (
     GPU_QUERY_FIELDS,
-    ParseError,
     driver_state,
     gpu_nic_map,
     gpus_from_query,
@@ -167,17 +167,8 @@ def read_file(path):
         return None
 
 
-def _run(module, argv):
-    # expand_user_and_vars=False: dpkg-query's ${Package} must reach the tool as written.
-    return module.run_command(argv, expand_user_and_vars=False)
-
-
 def _parse(module, what, func, *args):
-    try:
-        return func(*args)
-    except ParseError as exc:
-        module.fail_json(msg=f"gpu_facts: cannot read the output of {what}: {exc}")
-        raise  # not reached: fail_json exits
+    return parse_or_fail(module, f"gpu_facts: cannot read the output of {what}", func, *args)
 
 
 def collect(module, read=None):
@@ -187,7 +178,7 @@ def collect(module, read=None):
                                                          "dmesg")}
     pci_gpus = None
     if tools["lspci"]:
-        rc, out, err = _run(module, [tools["lspci"], "-Dnn"])
+        rc, out, err = run_tool(module, [tools["lspci"], "-Dnn"])
         if rc == 0:
             pci_gpus = _parse(module, "lspci -Dnn", parse_lspci_nn, out)
         else:
@@ -196,24 +187,24 @@ def collect(module, read=None):
     userspace = None
     if tools["dpkg-query"]:
         # rc 1 only says that some pattern matched nothing; the matches are still printed.
-        _rc, out, _err = _run(module, [tools["dpkg-query"], "-W", "-f",
-                                       "${db:Status-Abbrev}\t${Package}\t${Version}\n",
-                                       *DPKG_PATTERNS])
+        _rc, out, _err = run_tool(module, [tools["dpkg-query"], "-W", "-f",
+                                           "${db:Status-Abbrev}\t${Package}\t${Version}\n",
+                                           *DPKG_PATTERNS])
         packages = _parse(module, "dpkg-query -W", parse_dpkg_versions, out)
         userspace = nvidia_userspace_version(packages)
 
     proc_text = read(PROC_VERSION)
     smi_rc, smi_out, smi_text = None, "", ""
     if tools["nvidia-smi"]:
-        smi_rc, smi_out, err = _run(module, [tools["nvidia-smi"],
-                                             "--query-gpu=" + ",".join(GPU_QUERY_FIELDS),
-                                             "--format=csv,noheader,nounits"])
+        smi_rc, smi_out, err = run_tool(module, [tools["nvidia-smi"],
+                                                 "--query-gpu=" + ",".join(GPU_QUERY_FIELDS),
+                                                 "--format=csv,noheader,nounits"])
         smi_text = smi_out + err
     state = _parse(module, "nvidia-smi / driver version files", driver_state, smi_rc, smi_text,
                    proc_text, userspace, pci_gpus)
     if (state["class"] == "NO_DEVICES_INITIALISED" and module.params["kernel_log"]
             and tools["dmesg"]):
-        rc, log, _err = _run(module, [tools["dmesg"]])
+        rc, log, _err = run_tool(module, [tools["dmesg"]])
         if rc == 0:
             state = driver_state(smi_rc, smi_text, proc_text, userspace, pci_gpus, log)
 
@@ -225,7 +216,7 @@ def collect(module, read=None):
                       GPU_QUERY_FIELDS)
         gpus = _parse(module, "nvidia-smi --query-gpu", gpus_from_query, rows)
         if module.params["topology"] and gpus:
-            rc, out, err = _run(module, [tools["nvidia-smi"], "topo", "-m"])
+            rc, out, err = run_tool(module, [tools["nvidia-smi"], "topo", "-m"])
             if rc == 0:
                 topology = _parse(module, "nvidia-smi topo -m", parse_topo_matrix, out)
                 nic_map = _parse(module, "nvidia-smi topo -m", gpu_nic_map, topology)

@@ -98,8 +98,8 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster.facts import parse_or_fail, run_tool
 from ansible.module_utils.gpucluster.rdma import (
-    ParseError,
     parse_ibdev2netdev,
     parse_ibv_devinfo,
     parse_sysfs_infiniband,
@@ -155,11 +155,7 @@ def read_sysfs(root=SYSFS_ROOT):
 
 
 def _parse(module, what, func, *args):
-    try:
-        return func(*args)
-    except ParseError as exc:
-        module.fail_json(msg=f"rdma_facts: cannot read {what}: {exc}")
-        raise  # not reached: fail_json exits
+    return parse_or_fail(module, f"rdma_facts: cannot read {what}", func, *args)
 
 
 def collect(module, sysfs_root=None):
@@ -173,7 +169,7 @@ def collect(module, sysfs_root=None):
     devices = None
     ibv_devinfo = module.get_bin_path("ibv_devinfo")
     if ibv_devinfo:
-        rc, out, err = module.run_command([ibv_devinfo, "-v"], expand_user_and_vars=False)
+        rc, out, err = run_tool(module, [ibv_devinfo, "-v"])
         if "No IB devices found" in out + err:
             devices = []
         elif rc == 0:
@@ -185,7 +181,7 @@ def collect(module, sysfs_root=None):
     source = "sysfs" if has_sysfs else None
     ibdev2netdev = module.get_bin_path("ibdev2netdev")
     if ibdev2netdev:
-        rc, out, err = module.run_command([ibdev2netdev], expand_user_and_vars=False)
+        rc, out, err = run_tool(module, [ibdev2netdev])
         if rc == 0:
             netdevs = _parse(module, "ibdev2netdev", parse_ibdev2netdev, out)
             source = "ibdev2netdev"

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+# busbw_gbps(algbw, ranks): the one definition of bus bandwidth, with its source, is bench.busbw.
+from gpucluster.bench import busbw as busbw_gbps
+
 
 def algbw_gbps(size_bytes: int, time_s: float) -> float:
     """Algorithm bandwidth in GB/s for ``size_bytes`` reduced in ``time_s`` seconds."""
     if time_s <= 0:
         raise ValueError(f"time must be positive, got {time_s}")
     return size_bytes / time_s / 1e9
-
-
-def busbw_gbps(algbw: float, ranks: int) -> float:
-    """Bus bandwidth for allreduce: algbw x 2(n-1)/n (nccl-tests PERFORMANCE.md)."""
-    if ranks < 1:
-        raise ValueError(f"ranks must be at least 1, got {ranks}")
-    return algbw * 2 * (ranks - 1) / ranks
 
 
 @dataclass

@@ -34,6 +34,8 @@ import csv
 import itertools
 import re
 
+from ansible.module_utils.gpucluster.parsing import ParseError, natural_key, shorten, split_lines
+
 NVIDIA_VENDOR_ID = "10de"
 # PCI class 03 (display controller): 00 = VGA compatible, 02 = 3D controller. NVIDIA's other
 # functions on the same card (audio 0403, USB 0c03, UCSI 0c80) and NVSwitch bridges (0680) are
@@ -49,13 +51,6 @@ GPU_QUERY_FIELDS = ("index", "name", "pci.bus_id", "uuid", "memory.total", "pers
 PCIE_LINK_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4}
 
 
-class ParseError(ValueError):
-    """Input that is not what the tool prints: malformed, truncated, or an error text.
-
-    The message says what was expected and where (1-based line number).
-    """
-
-
 class TopologyError(ValueError):
     """A request the topology cannot satisfy (e.g. more GPUs than the node has)."""
 
@@ -63,24 +58,6 @@ class TopologyError(ValueError):
 # --------------------------------------------------------------------------------------------
 # Small helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _lines(text, what):
-    if text is None:
-        raise ParseError(f"{what}: no input (None)")
-    if not isinstance(text, str):
-        raise ParseError(f"{what}: expected text, got {type(text).__name__}")
-    return text.splitlines()
-
-
-def _short(line, limit=120):
-    line = line.rstrip()
-    return line if len(line) <= limit else line[:limit] + "..."
-
-
-def natural_key(name):
-    """Sort key so that ``GPU2 < GPU10`` and ``mlx5_2 < mlx5_10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
 
 
 _BUS_ID_RE = re.compile(
@@ -158,13 +135,13 @@ def parse_lspci_nn(text):
     ParseError (a truncated line loses its ``[vvvv:dddd]`` and is caught).
     """
     gpus = []
-    for lineno, line in enumerate(_lines(text, "lspci -nn"), 1):
+    for lineno, line in enumerate(split_lines(text, "lspci -nn"), 1):
         if not line.strip() or line.lstrip().startswith("pcilib:"):
             continue
         m = _LSPCI_RE.match(line.strip())
         if not m:
             raise ParseError(f"lspci -nn line {lineno}: expected '<slot> <class> [cccc]: <name> "
-                             f"[vvvv:dddd]' (run lspci with -nn), got {_short(line)!r}")
+                             f"[vvvv:dddd]' (run lspci with -nn), got {shorten(line)!r}")
         vendor = m.group("vendor").lower()
         klass = m.group("class").lower()
         if vendor != NVIDIA_VENDOR_ID or klass not in GPU_PCI_CLASSES:
@@ -292,7 +269,7 @@ def parse_query_gpu_csv(text, fields):
     Empty output gives ``[]``.
     """
     fields = _query_fields(fields)
-    lines = _lines(text, "nvidia-smi --query-gpu")
+    lines = split_lines(text, "nvidia-smi --query-gpu")
     for lineno, line in enumerate(lines, 1):
         for marker in _SMI_ERROR_MARKERS:
             if marker in line:
@@ -316,7 +293,7 @@ def parse_query_gpu_csv(text, fields):
         if len(cells) != len(fields):
             raise ParseError(f"nvidia-smi --query-gpu line {lineno}: expected {len(fields)} "
                              f"comma-separated values ({', '.join(fields)}), got {len(cells)}: "
-                             f"{_short(line)!r} (truncated line or wrong field list?)")
+                             f"{shorten(line)!r} (truncated line or wrong field list?)")
         rows.append({field: _convert_cell(field, cells[i], lineno)
                      for i, field in enumerate(fields)})
     return rows
@@ -392,10 +369,10 @@ def _read_topo_header(lines, idx):
         columns.append(tok)
     if not columns or columns[0] != "GPU0":
         raise ParseError(f"nvidia-smi topo -m line {idx + 1}: expected the header 'GPU0 GPU1 ... "
-                         f"[NIC0 ...] CPU Affinity NUMA Affinity', got {_short(header)!r}")
+                         f"[NIC0 ...] CPU Affinity NUMA Affinity', got {shorten(header)!r}")
     if len(set(columns)) != len(columns):
         raise ParseError(f"nvidia-smi topo -m line {idx + 1}: duplicate column names in "
-                         f"{_short(header)!r}")
+                         f"{shorten(header)!r}")
     tail = header
     for col in columns:
         tail = tail[tail.find(col) + len(col):]
@@ -408,7 +385,7 @@ def _read_topo_row(line, lineno, columns, tail_names):
     n = len(columns)
     if label not in columns:
         raise ParseError(f"nvidia-smi topo -m line {lineno}: expected a row for one of "
-                         f"{', '.join(columns)}, got {_short(line)!r}")
+                         f"{', '.join(columns)}, got {shorten(line)!r}")
     if len(cells) < n:
         raise ParseError(f"nvidia-smi topo -m line {lineno}: row {label} has {len(cells)} link "
                          f"cells, expected {n} (one per column {' '.join(columns)}); truncated?")
@@ -445,7 +422,7 @@ def _read_nic_legend(lines, start):
             m = re.match(r"^(NIC\d+):\s*(\S+)$", stripped)
             if not m:
                 raise ParseError(f"nvidia-smi topo -m line {idx + 1}: expected 'NICn: <rdma "
-                                 f"device>' in the NIC Legend, got {_short(lines[idx])!r}")
+                                 f"device>' in the NIC Legend, got {shorten(lines[idx])!r}")
             legend[m.group(1)] = m.group(2)
     return legend
 
@@ -511,7 +488,7 @@ def parse_topo_matrix(text):
     of the header has no row, or a row has too few cells (truncated); a NIC# column has no
     ``NIC Legend`` entry; the ``Legend:`` block that always follows the matrix is missing.
     """
-    lines = _lines(text, "nvidia-smi topo -m")
+    lines = split_lines(text, "nvidia-smi topo -m")
     idx = _first_content_line(lines)
     if idx == len(lines):
         raise ParseError("nvidia-smi topo -m: empty output, expected a header line "
@@ -594,11 +571,11 @@ def parse_topo_p2p(text):
     Raises ParseError for a missing header, a row with the wrong number of cells, an unknown
     code, a missing row or a missing ``Legend:`` block (truncated).
     """
-    lines = _lines(text, "nvidia-smi topo -p2p")
+    lines = split_lines(text, "nvidia-smi topo -p2p")
     idx = _first_content_line(lines)
     header = lines[idx].split() if idx < len(lines) else []
     if not header or not all(re.match(r"^GPU\d+$", t) for t in header):
-        got = _short(lines[idx]) if idx < len(lines) else ""
+        got = shorten(lines[idx]) if idx < len(lines) else ""
         raise ParseError(f"nvidia-smi topo -p2p line {idx + 1}: expected the header "
                          f"'GPU0 GPU1 ...', got {got!r}")
     status = {}
@@ -614,7 +591,7 @@ def parse_topo_p2p(text):
             label, cells = tokens[0], tokens[1:]
             if label not in header or len(cells) != len(header):
                 raise ParseError(f"nvidia-smi topo -p2p line {idx + 1}: expected a row 'GPUn' "
-                                 f"with {len(header)} codes, got {_short(lines[idx])!r}")
+                                 f"with {len(header)} codes, got {shorten(lines[idx])!r}")
             for code in cells:
                 if code not in _P2P_CODES:
                     raise ParseError(f"nvidia-smi topo -p2p line {idx + 1}: unknown code "
@@ -752,7 +729,7 @@ def parse_proc_driver_version(text):
     Build ...`` both give the version string (``"520.56.06"``); a bare version is returned as
     is. Raises ParseError when no ``NVRM version:`` line carries a version.
     """
-    for line in _lines(text, "/proc/driver/nvidia/version"):
+    for line in split_lines(text, "/proc/driver/nvidia/version"):
         if _VERSION_RE.match(line.strip()):
             return line.strip()
         m = _PROC_VERSION_RE.search(line + " ")
@@ -788,7 +765,7 @@ def parse_dpkg_versions(text):
     the Debian version as printed (``"525.85.12-1"``). Raises ParseError for any other line.
     """
     out = {}
-    for lineno, line in enumerate(_lines(text, "dpkg"), 1):
+    for lineno, line in enumerate(split_lines(text, "dpkg"), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith(("Desired=", "|", "+++-", "dpkg-query: no packages")):
             continue
@@ -802,7 +779,7 @@ def parse_dpkg_versions(text):
                 out[parts[0].split(":")[0]] = parts[1]
             continue
         raise ParseError(f"dpkg line {lineno}: expected 'ii  <package>  <version> ...' (dpkg -l) "
-                         f"or '<package><TAB><version>' (dpkg-query -W), got {_short(line)!r}")
+                         f"or '<package><TAB><version>' (dpkg-query -W), got {shorten(line)!r}")
     return out
 
 

@@ -36,37 +36,14 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible.module_utils.gpucluster.parsing import ParseError, natural_key, shorten, split_lines
+
 ACTIVE = "ACTIVE"
-
-
-class ParseError(ValueError):
-    """Input that is not what the tool prints: malformed, truncated, or an error text.
-
-    The message says what was expected and where (1-based line number).
-    """
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _lines(text, what):
-    if text is None:
-        raise ParseError(f"{what}: no input (None)")
-    if not isinstance(text, str):
-        raise ParseError(f"{what}: expected text, got {type(text).__name__}")
-    return text.splitlines()
-
-
-def _short(line, limit=120):
-    line = line.rstrip()
-    return line if len(line) <= limit else line[:limit] + "..."
-
-
-def natural_key(name):
-    """Sort key so that ``mlx5_2 < mlx5_10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
 
 
 def _number(text):
@@ -184,7 +161,7 @@ def _gid_from_line(line, lineno):
     m = _GID_LINE_RE.match(line.strip())
     if not m:
         raise ParseError(f"ibv_devinfo line {lineno}: expected 'GID[ n]: <gid>[, RoCE v1|v2]', "
-                         f"got {_short(line)!r}")
+                         f"got {shorten(line)!r}")
     return gid_entry(int(m.group(1)), m.group(2), m.group(3))
 
 
@@ -197,7 +174,7 @@ def parse_gid_table(text):
     (a truncated GID fails IPv6 parsing).
     """
     gids = []
-    for lineno, line in enumerate(_lines(text, "ibv_devinfo -v GID table"), 1):
+    for lineno, line in enumerate(split_lines(text, "ibv_devinfo -v GID table"), 1):
         if line.strip().startswith("GID["):
             gids.append(_gid_from_line(line, lineno))
     if not gids:
@@ -265,14 +242,14 @@ def parse_ibdev2netdev(text):
     any other line raises ParseError. Empty output gives ``[]``.
     """
     records = []
-    for lineno, line in enumerate(_lines(text, "ibdev2netdev"), 1):
+    for lineno, line in enumerate(split_lines(text, "ibdev2netdev"), 1):
         content = re.sub(r"\s+#.*$", "", line).strip()
         if not content:
             continue
         m = _IBDEV2NETDEV_RE.match(content)
         if not m:
             raise ParseError(f"ibdev2netdev line {lineno}: expected '<hca> port <n> ==> <netdev> "
-                             f"(Up|Down)', got {_short(line)!r}")
+                             f"(Up|Down)', got {shorten(line)!r}")
         netdev = m.group("netdev")
         records.append({
             "hca": m.group("hca"),
@@ -377,7 +354,7 @@ def parse_ibstatus(text):
     current = None
     values = {}
     last = 0
-    for lineno, line in enumerate(_lines(text, "ibstatus"), 1):
+    for lineno, line in enumerate(split_lines(text, "ibstatus"), 1):
         stripped = line.strip()
         if not stripped:
             continue
@@ -391,10 +368,10 @@ def parse_ibstatus(text):
             continue
         if current is None:
             raise ParseError(f"ibstatus line {lineno}: expected \"Infiniband device '<hca>' port "
-                             f"<n> status:\", got {_short(line)!r}")
+                             f"<n> status:\", got {shorten(line)!r}")
         key, sep, value = stripped.partition(":")
         if not sep or not key.strip():
-            raise ParseError(f"ibstatus line {lineno}: expected 'key: value', got {_short(line)!r}")
+            raise ParseError(f"ibstatus line {lineno}: expected 'key: value', got {shorten(line)!r}")
         values[key.strip()] = value.strip()
         last = lineno
     if current:
@@ -504,7 +481,7 @@ def parse_ibv_devinfo(text):
     (the last line of a port in plain ibv_devinfo; so a cut output is caught); a state, MTU,
     LID or GID is malformed.
     """
-    lines = _lines(text, "ibv_devinfo")
+    lines = split_lines(text, "ibv_devinfo")
     if any(line.strip() == "No IB devices found" for line in lines):
         return []
     devices = []
@@ -535,7 +512,7 @@ def parse_ibv_devinfo(text):
             continue
         if dev is None:
             raise ParseError(f"ibv_devinfo line {lineno}: expected 'hca_id: <device>' first, "
-                             f"got {_short(line)!r}")
+                             f"got {shorten(line)!r}")
         if not m:
             # -v prints flag names and notes ("tag matching not supported") on lines of their own.
             continue

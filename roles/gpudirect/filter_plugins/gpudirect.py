@@ -20,19 +20,16 @@ peermem.py's sources):
 from __future__ import annotations
 
 import os
-
-from ansible.errors import AnsibleFilterError
+import sys
 
 try:
-    from ansible.module_utils.gpucluster import peermem
-except ImportError:  # on the controller, outside a module's package
-    import ansible.module_utils
+    from gpucluster_filter_utils import value_errors  # also puts plugins/module_utils on the import path
+except ImportError:  # Ansible loads filter plugin files by path: the shared helper is in plugins/filter
+    sys.path.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "..", "..", "..", "plugins", "filter")))
+    from gpucluster_filter_utils import value_errors
 
-    _MODULE_UTILS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "..", "..", "..", "plugins", "module_utils"))
-    if _MODULE_UTILS not in list(ansible.module_utils.__path__):
-        ansible.module_utils.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.gpucluster import peermem
+from ansible.module_utils.gpucluster import peermem
 
 MODES = ("auto", "required", "disabled")
 MODULE_CHOICES = ("auto", "nvidia-peermem", "nv_peer_mem")
@@ -140,21 +137,10 @@ def load_error(text):
     return result
 
 
-def _wrap(func):
-    def inner(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-    inner.__name__ = func.__name__
-    inner.__doc__ = func.__doc__
-    return inner
-
-
 class FilterModule:
     def filters(self):
         return {
-            "gpudirect_plan": _wrap(plan),
-            "gpudirect_load_error": _wrap(load_error),
-            "gpudirect_loaded_modules": _wrap(peermem.loaded_peer_memory_modules),
+            "gpudirect_plan": value_errors(plan),
+            "gpudirect_load_error": value_errors(load_error),
+            "gpudirect_loaded_modules": value_errors(peermem.loaded_peer_memory_modules),
         }

@@ -18,9 +18,16 @@ Sources of the formats:
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
-from ansible.errors import AnsibleFilterError
+try:
+    from gpucluster_filter_utils import value_errors
+except ImportError:  # Ansible loads filter plugin files by path: the shared helper is in plugins/filter
+    sys.path.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "..", "..", "..", "plugins", "filter")))
+    from gpucluster_filter_utils import value_errors
 
 BRANCH_MIN, BRANCH_MAX = 100, 999
 _VERSION_RE = re.compile(r"^(\d{3})\.\d+(?:\.\d+)?$")
@@ -229,22 +236,11 @@ def pick_version(madison_text, branch, wanted="", installed=""):
                        f"{', '.join(sorted({upstream(v) for v in versions})) or 'none'}")
 
 
-def _wrap(func):
-    def inner(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (SourcesError, ValueError) as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-    inner.__name__ = func.__name__
-    inner.__doc__ = func.__doc__
-    return inner
-
-
 class FilterModule:
     def filters(self):
         return {
-            "nvidia_driver_missing_components": _wrap(sources_missing_components),
-            "nvidia_driver_pick_version": _wrap(pick_version),
-            "nvidia_driver_branch_problems": _wrap(branch_problems),
-            "nvidia_driver_upstream": _wrap(upstream),
+            "nvidia_driver_missing_components": value_errors(sources_missing_components),
+            "nvidia_driver_pick_version": value_errors(pick_version),
+            "nvidia_driver_branch_problems": value_errors(branch_problems),
+            "nvidia_driver_upstream": value_errors(upstream),
         }

@@ -18,9 +18,16 @@ What an MLNX_OFED_LINUX deb tarball holds and how its installer decides (Mellano
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
-from ansible.errors import AnsibleFilterError
+try:
+    from gpucluster_filter_utils import value_errors
+except ImportError:  # Ansible loads filter plugin files by path: the shared helper is in plugins/filter
+    sys.path.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "..", "..", "..", "plugins", "filter")))
+    from gpucluster_filter_utils import value_errors
 
 _KVER_RE = re.compile(r"^mlnx-ofed-kernel-modules[^_]*_(?P<version>[^_]+)_[^_]+\.deb$")
 _KERNEL_IN_VERSION_RE = re.compile(r"(?:\.kver\.|-)(?P<kernel>\d+\.\d+\.\d+[^_]*)$")
@@ -99,22 +106,11 @@ def ofed_problems(deb_names, distro_file, node, kernel, have_headers):
     return problems
 
 
-def _wrap(func):
-    def inner(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-    inner.__name__ = func.__name__
-    inner.__doc__ = func.__doc__
-    return inner
-
-
 class FilterModule:
     def filters(self):
         return {
-            "rdma_ofed_problems": _wrap(ofed_problems),
-            "rdma_ofed_release": _wrap(ofed_release),
-            "rdma_ofed_installed_release": _wrap(installed_release),
-            "rdma_ofed_node_distro": _wrap(node_distro),
+            "rdma_ofed_problems": value_errors(ofed_problems),
+            "rdma_ofed_release": value_errors(ofed_release),
+            "rdma_ofed_installed_release": value_errors(installed_release),
+            "rdma_ofed_node_distro": value_errors(node_distro),
         }

@@ -13,30 +13,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import json
-import logging
 import re
-import urllib.request
 from datetime import UTC, datetime
-from pathlib import Path
-from types import SimpleNamespace
 
 import boto3
 import pytest
 import requests
-import urllib3
 from ansible.module_utils.gpucluster import cloud_eni as ce
 from botocore.stub import ANY, Stubber
-from moto.server import ThreadedMotoServer
 from tencentcloud.common.http import request as tc_request
 
-ROOT = Path(__file__).resolve().parents[4]
-RECORDED = ROOT / "tests" / "fixtures_recorded" / "tencentcloud"
+from tests.unit.plugins.conftest import AWS_KEY_ID, AWS_SECRET, REGION, recorded_response
 
-REGION = "us-east-1"
-AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
-AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 TC_REGION = "ap-guangzhou"
 TC_SECRET_ID = "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE"
 TC_SECRET_KEY = "Gu5t9xGARNpq86cd98joQYCN3EXAMPLE"
@@ -144,38 +133,7 @@ def test_redact():
 
 
 # --------------------------------------------------------------------------------------------
-# AWS against moto in server mode
-
-
-@pytest.fixture(scope="module")
-def moto_url():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def aws(moto_url, monkeypatch):
-    """A fresh moto account: VPC, GPU subnet, management subnet, security group, running instance."""
-    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    urllib.request.urlopen(urllib.request.Request(moto_url + "/moto-api/reset", method="POST")).read()
-    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_url, aws_access_key_id=AWS_KEY_ID,
-                       aws_secret_access_key=AWS_SECRET)
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    mgmt = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-    gpu = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.64.0/20")["Subnet"]["SubnetId"]
-    sg = ec2.create_security_group(GroupName="gpu", Description="GPU ENIs", VpcId=vpc)["GroupId"]
-    instance = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge",
-                                 SubnetId=mgmt)["Instances"][0]["InstanceId"]
-
-    return SimpleNamespace(url=moto_url, ec2=ec2, vpc=vpc, mgmt=mgmt, gpu=gpu, sg=sg, instance=instance)
+# AWS against moto in server mode (fixtures ``moto_url`` and ``aws``: tests/unit/plugins/conftest.py)
 
 
 def aws_provider(aws, fake_time):
@@ -472,10 +430,7 @@ class RecordedTencentAdapter(requests.adapters.BaseAdapter):
         assert request.headers["Authorization"] == (
             f"TC3-HMAC-SHA256 Credential={self.secret_id}/{date}/vpc/tc3_request, "
             f"SignedHeaders=content-type;host, Signature={signature}")
-        body = (RECORDED / name).read_bytes()
-        raw = urllib3.HTTPResponse(body=io.BytesIO(body), headers={"Content-Type": "application/json"},
-                                   status=200, reason="OK", version=11, preload_content=False)
-        return requests.adapters.HTTPAdapter().build_response(request, raw)
+        return recorded_response(request, name)
 
     def close(self):
         self.script = self.script  # nothing to release

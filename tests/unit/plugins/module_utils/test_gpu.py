@@ -34,7 +34,7 @@ from ansible.module_utils.gpucluster.gpu import (
     pick_gpu_subset,
 )
 
-from tests.conftest import FIXTURES, ROOT, fixture_text
+from tests.conftest import FIXTURES, ROOT, cut_text, fixture_text
 
 SMI = "nvidia-smi/"
 TOPO = "nvidia-smi-topo/"
@@ -95,18 +95,6 @@ def _c14_blocks():
     return _without_prompts(smi), log
 
 
-def _cut(text, fraction=0.5):
-    """``text`` cut inside a line near ``fraction`` of its length (a cut exactly at a line or
-    block boundary is a shorter but well-formed output, which no parser can tell apart)."""
-    pos = int(len(text) * fraction)
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", start)
-    while end >= 0 and not text[start:end].strip():  # a blank line: take the next one
-        start, end = end + 1, text.find("\n", end + 1)
-    end = len(text) if end < 0 else end
-    return text[: start + max(1, (end - start) // 3)]
-
-
 # --------------------------------------------------------------------------------------------
 # Fixture coverage and Python 3.8 compatibility
 # --------------------------------------------------------------------------------------------
@@ -118,7 +106,7 @@ def test_every_case_is_covered():
     assert ids == COVERED
 
 
-@pytest.mark.parametrize("name", ["gpu.py", "rdma.py", "peermem.py"])
+@pytest.mark.parametrize("name", ["gpu.py", "rdma.py", "peermem.py", "parsing.py", "facts.py"])
 def test_module_utils_parse_as_python_38(name):
     source = (ROOT / "plugins/module_utils/gpucluster" / name).read_text()
     ast.parse(source, feature_version=(3, 8))
@@ -339,8 +327,8 @@ def test_gpu_nic_map_round_robin_and_filter():
 # Malformed and truncated -------------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "message"), [
-    pytest.param(_cut(fixture_text(C02)), r"no row for GPU\d|truncated", id="C02-half"),
-    pytest.param(_cut(fixture_text(C02), 0.9), r"NIC Legend", id="C02-legend-cut"),
+    pytest.param(cut_text(fixture_text(C02)), r"no row for GPU\d|truncated", id="C02-half"),
+    pytest.param(cut_text(fixture_text(C02), 0.9), r"NIC Legend", id="C02-legend-cut"),
     pytest.param(fixture_text(C04_M).split("\n")[0] + "\n" + fixture_text(C04_M).split("\n")[1],
                  r"no row for GPU1", id="C04-one-row"),
     pytest.param(fixture_text(C04_M).split("\nLegend:")[0], r"Legend:.*missing", id="C04-no-legend"),
@@ -430,7 +418,7 @@ def test_query_gpu_csv_c13_field_count_must_match_query():
     with pytest.raises(ParseError, match=r"line 1: expected 18 comma-separated values .* got 19"):
         parse_query_gpu_csv(stdout, fields[:-1])
     with pytest.raises(ParseError, match=r"expected 19 comma-separated values"):
-        parse_query_gpu_csv(_cut(stdout), fields)
+        parse_query_gpu_csv(cut_text(stdout), fields)
 
 
 def test_query_gpu_csv_shifted_columns_are_an_error():
@@ -538,7 +526,7 @@ def test_proc_driver_version_open_module_and_bare():
     assert parse_proc_driver_version("550.54.15\n") == "550.54.15"
 
 
-@pytest.mark.parametrize("text", ["GCC version: gcc 12\n", "", _cut("NVRM version: NVIDIA UNIX x86_64 Kern")])
+@pytest.mark.parametrize("text", ["GCC version: gcc 12\n", "", cut_text("NVRM version: NVIDIA UNIX x86_64 Kern")])
 def test_proc_driver_version_rejects_bad_input(text):
     with pytest.raises(ParseError, match="NVRM version"):
         parse_proc_driver_version(text)

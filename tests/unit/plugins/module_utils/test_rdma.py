@@ -24,7 +24,7 @@ from ansible.module_utils.gpucluster.rdma import (
     rdma_problems,
 )
 
-from tests.conftest import FIXTURES, fixture_text
+from tests.conftest import FIXTURES, cut_text, fixture_text
 
 C05 = "rdma/C05_ibdev2netdev_h100_ib_plus_eth_netdev_down.txt"
 C06 = "rdma/C06_ibstatus_roce_8x100g_ethernet_link_layer.txt"
@@ -78,18 +78,6 @@ hca_id:\tmlx5_bond_0
 
 def _without_prompts(text):
     return "\n".join(ln for ln in text.splitlines() if not re.match(r"^(\$ |root@)", ln))
-
-
-def _cut(text, fraction=0.5):
-    """``text`` cut inside a line near ``fraction`` of its length (a cut exactly at a line or
-    block boundary is a shorter but well-formed output, which no parser can tell apart)."""
-    pos = int(len(text) * fraction)
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", start)
-    while end >= 0 and not text[start:end].strip():  # a blank line: take the next one
-        start, end = end + 1, text.find("\n", end + 1)
-    end = len(text) if end < 0 else end
-    return text[: start + max(1, (end - start) // 3)]
 
 
 def test_every_case_is_covered():
@@ -148,7 +136,7 @@ def test_ibdev2netdev_verbose_and_bond():
 
 
 @pytest.mark.parametrize("text", [
-    pytest.param(_cut(_without_prompts(fixture_text(C05))), id="C05-half"),
+    pytest.param(cut_text(_without_prompts(fixture_text(C05))), id="C05-half"),
     pytest.param("mlx5_0 port 1 ==> ib0\n", id="no-state"),
     pytest.param("No such file or directory\n", id="garbage"),
 ])
@@ -184,7 +172,7 @@ def test_ibstatus_c06_default_gid_is_never_the_nccl_gid():
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    pytest.param(_cut(fixture_text(C06)), r"line 37: expected 'key: value', got 'Infiniband de'",
+    pytest.param(cut_text(fixture_text(C06)), r"line 37: expected 'key: value', got 'Infiniband de'",
                  id="C06-half"),
     pytest.param(fixture_text(C06).split("        phys state", 1)[0],
                  r"'mlx5_0' port 1 .* lacks phys state, rate, link_layer; output truncated",
@@ -263,7 +251,7 @@ def test_ibv_devinfo_no_devices():
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    pytest.param(_cut(_without_prompts(fixture_text(C07))), r"no 'port:' section|truncated",
+    pytest.param(cut_text(_without_prompts(fixture_text(C07))), r"no 'port:' section|truncated",
                  id="C07-half"),
     pytest.param(_without_prompts(fixture_text(C07)).rsplit("link_layer", 1)[0], r"lacks link_layer",
                  id="C07-no-link-layer"),

@@ -1,37 +1,27 @@
 """Tests of the cloud_eni module shell: AnsibleModule argument handling, check mode, the JSON it
 prints, and that credentials never reach that output.
 
-AWS runs against moto in server mode; Tencent Cloud runs the real SDK with recorded responses
-served at its HTTP transport (the same seam as in ``tests/unit/plugins/module_utils``; the two
-helpers are repeated here because test files cannot import each other reliably under pytest's
-default import mode).
+AWS runs against moto in server mode (the ``aws`` account of ``tests/unit/plugins/conftest.py``,
+shared with the core's tests); Tencent Cloud runs the real SDK with recorded responses served at
+its HTTP transport (the same seam as in ``tests/unit/plugins/module_utils``, without its signature
+check).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import logging
-import urllib.request
-from pathlib import Path
 from unittest import mock
 
-import boto3
 import cloud_eni
 import pytest
 import requests
-import urllib3
 import yaml
 from ansible.module_utils import _internal
 from ansible.module_utils.testing import patch_module_args
-from moto.server import ThreadedMotoServer
 from tencentcloud.common.http import request as tc_request
 
-ROOT = Path(__file__).resolve().parents[4]
-RECORDED = ROOT / "tests" / "fixtures_recorded" / "tencentcloud"
-REGION = "us-east-1"
-AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
-AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+from tests.unit.plugins.conftest import AWS_KEY_ID, AWS_SECRET, REGION, recorded_response
+
 TC_SECRET_ID = "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE"
 TC_SECRET_KEY = "Gu5t9xGARNpq86cd98joQYCN3EXAMPLE"
 TC_ARGS = {"provider": "tencentcloud", "region": "ap-guangzhou", "instance_id": "ins-r8hr2upy",
@@ -87,36 +77,13 @@ def test_documentation_matches_argument_spec():
 # AWS through moto
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def aws(moto_url, monkeypatch):
-    for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    urllib.request.urlopen(urllib.request.Request(moto_url + "/moto-api/reset", method="POST")).read()
-    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_url, aws_access_key_id=AWS_KEY_ID,
-                       aws_secret_access_key=AWS_SECRET)
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    mgmt = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-    gpu = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.64.0/20")["Subnet"]["SubnetId"]
-    sg = ec2.create_security_group(GroupName="gpu", Description="GPU ENIs", VpcId=vpc)["GroupId"]
-    instance = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge",
-                                 SubnetId=mgmt)["Instances"][0]["InstanceId"]
-    args = {"provider": "aws", "region": REGION, "instance_id": instance, "subnet_id": gpu,
-            "security_groups": [sg], "count": 3, "endpoint_url": moto_url,
+def aws_module(aws):
+    """The moto account (``aws``, tests/unit/plugins/conftest.py) and module arguments for 3 ENIs."""
+    args = {"provider": "aws", "region": REGION, "instance_id": aws.instance, "subnet_id": aws.gpu,
+            "security_groups": [aws.sg], "count": 3, "endpoint_url": aws.url,
             "aws_access_key_id": AWS_KEY_ID, "aws_secret_access_key": AWS_SECRET}
-    return ec2, args
+    return aws.ec2, args
 
 
 def secondary_enis(ec2, args):
@@ -125,8 +92,8 @@ def secondary_enis(ec2, args):
     return [e for e in enis if e["Attachment"]["DeviceIndex"] != 0]
 
 
-def test_module_aws_converges_then_is_idempotent(aws, capsys):
-    ec2, args = aws
+def test_module_aws_converges_then_is_idempotent(aws_module, capsys):
+    ec2, args = aws_module
     first, out = run_module(capsys, args)
     assert first["changed"] is True, first
     assert len(first["created"]) == 3 and first["attached"] == first["created"]
@@ -144,8 +111,8 @@ def test_module_aws_converges_then_is_idempotent(aws, capsys):
     assert len(secondary_enis(ec2, args)) == 3
 
 
-def test_module_aws_check_mode_creates_nothing(aws, capsys):
-    ec2, args = aws
+def test_module_aws_check_mode_creates_nothing(aws_module, capsys):
+    ec2, args = aws_module
     result, _ = run_module(capsys, args, check_mode=True)
     assert result["changed"] is True
     assert result["plan"]["create"] == 3
@@ -153,8 +120,8 @@ def test_module_aws_check_mode_creates_nothing(aws, capsys):
     assert secondary_enis(ec2, args) == []
 
 
-def test_module_aws_lower_count_only_warns(aws, capsys):
-    ec2, args = aws
+def test_module_aws_lower_count_only_warns(aws_module, capsys):
+    ec2, args = aws_module
     run_module(capsys, args)
     result, _ = run_module(capsys, {**args, "count": 1})
     assert result["changed"] is False
@@ -179,10 +146,7 @@ class Recorded(requests.adapters.BaseAdapter):
         self.headers.append(dict(request.headers))
         action, name = self.script.pop(0)
         assert request.headers["X-TC-Action"] == action
-        body = (RECORDED / name).read_bytes()
-        raw = urllib3.HTTPResponse(body=io.BytesIO(body), headers={"Content-Type": "application/json"},
-                                   status=200, reason="OK", version=11, preload_content=False)
-        return requests.adapters.HTTPAdapter().build_response(request, raw)
+        return recorded_response(request, name)
 
     def close(self):
         self.script = self.script  # nothing to release
