@@ -95,11 +95,11 @@ def plan(mode, module_choice, driver, gpu_count, hcas, ofed_release, peer_api,
 
     if ofed_release is None and peer_api is not True:
         problems.append("the peer-memory API (ib_register_peer_memory_client) is only in MLNX_OFED's "
-                        "ib_core, and this node runs the inbox RDMA stack (no ofed_info). Fix: "
-                        "rdma_stack: ofed, then rebuild the driver's DKMS module so that nvidia-peermem "
+                        "or DOCA-OFED's ib_core, and this node runs the inbox RDMA stack (no ofed_info). Fix: "
+                        "rdma_stack: ofed or doca, then rebuild the driver's DKMS module so that nvidia-peermem "
                         "is compiled against it")
     elif peer_api is False:
-        problems.append(f"MLNX_OFED {ofed_release} is installed but the loaded ib_core does not export "
+        problems.append(f"MLNX_OFED/DOCA-OFED {ofed_release} is installed but the loaded ib_core does not export "
                         f"ib_register_peer_memory_client (the inbox ib_core is still loaded, or OFED is "
                         f"broken). Fix: /etc/init.d/openibd restart or reboot; check "
                         f"`grep -w ib_register_peer_memory_client /proc/kallsyms`")
