@@ -114,6 +114,21 @@ def peer_memory_api_present(kallsyms_text):
     return False
 
 
+_OFED_RELEASE_RE = re.compile(r"^(?:MLNX_OFED_LINUX|OFED-internal)-([^\s:]+)", re.MULTILINE)
+
+
+def ofed_release(ofed_info_text):
+    """The OFED release ``ofed_info -s`` prints, or None where there is none (the inbox stack).
+
+    MLNX_OFED prints ``MLNX_OFED_LINUX-24.10-1.1.4.0:``; DOCA-OFED (DOCA-Host, MLNX_OFED's
+    successor) prints ``OFED-internal-24.07-0.3.5.0.110:`` (seen in the lshca project's issue
+    #102). Both carry the peer-memory API. Empty or other text (no ofed_info on an inbox
+    node, a command-not-found message) is None.
+    """
+    match = _OFED_RELEASE_RE.search(ofed_info_text or "")
+    return match.group(1) if match else None
+
+
 _KERNEL = r"(\d+\.\d+\.\d+[\w.+~-]*)"
 _KERNEL_PATTERNS = (
     re.compile(rf"Bad return status for module build on kernel:\s*{_KERNEL}"),

@@ -143,4 +143,5 @@ class FilterModule:
             "gpudirect_plan": value_errors(plan),
             "gpudirect_load_error": value_errors(load_error),
             "gpudirect_loaded_modules": value_errors(peermem.loaded_peer_memory_modules),
+            "gpudirect_ofed_release": value_errors(peermem.ofed_release),
         }

@@ -9,6 +9,7 @@ from ansible.module_utils.gpucluster.peermem import (
     classify_peermem_error,
     driver_major,
     loaded_peer_memory_modules,
+    ofed_release,
     peer_memory_api_present,
     peer_memory_module,
 )
@@ -132,3 +133,17 @@ def test_lsmod_and_kallsyms():
     assert peer_memory_api_present(kallsyms) is True
     assert peer_memory_api_present(kallsyms.splitlines()[1]) is False
     assert peer_memory_api_present("") is False
+
+
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        ("MLNX_OFED_LINUX-24.10-1.1.4.0:\n", "24.10-1.1.4.0"),
+        ("OFED-internal-24.07-0.3.5.0.110:\n", "24.07-0.3.5.0.110"),  # DOCA-OFED (lshca issue #102)
+        ("", None),
+        ("/bin/sh: 1: ofed_info: not found\n", None),
+        (None, None),
+    ],
+)
+def test_ofed_release_of_mlnx_ofed_and_doca_ofed(text, release):
+    assert ofed_release(text) == release
