@@ -116,7 +116,9 @@ def runtime_problems(values: Mapping[str, Any], gpus_per_node: Any) -> list[str]
             runtime.build_profile(name, _overrides(values, name), gpus_per_node=gpus)
         except runtime.ProfileError as exc:
             problems += [p for p in exc.problems if p not in problems]
-    return problems
+    # Led by the inventory variable that sets the value (LIGHT_TOPK_RATIO: runtime_profile_light_topk_ratio).
+    return [re.sub(r"^((LIGHT|HOROVOD)_\w+)", lambda m: f"runtime_profile_{m.group(1).lower()}: {m.group(1)}", p)
+            for p in problems]
 
 
 def runtime_env(values: Mapping[str, Any], runtime_name: str, gpus_per_node: Any) -> dict[str, str]:

@@ -90,6 +90,9 @@ def test_user_keys_in_daemon_json_survive(cluster):
         ("training_image_ref=Not::A/Ref", "training_image_ref"),
         ("training_image_shm_size=lots", "training_image_shm_size: 'lots' is not a size"),
         ("container_ssh_port=70000", "container_ssh_port: 70000 is out of range"),
+        # The stages' own read-only checks, run by preflight too.
+        ("runtime_profile_light_topk_ratio=2", "runtime_profile_light_topk_ratio: LIGHT_TOPK_RATIO=2 is out of range"),
+        ("hugepages_count=100000", "100000 x 1 GiB = 97.7 TiB would leave 0 B"),
     ],
 )
 def test_bad_input_fails_before_anything_changes(cluster, extra, expect):
@@ -98,8 +101,9 @@ def test_bad_input_fails_before_anything_changes(cluster, extra, expect):
     assert expect in r.stdout, r.stdout[-4000:]
     for host in ("node-1", "node-2", "node-3"):
         assert f"{host}: {expect.split(':')[0]}" in r.stdout
-    # Only the preflight play ran, and it changed nothing.
-    assert "PLAY [Docker engine]" not in r.stdout
+    # Only the preflight play ran (the host stack, first to change anything, did not), and it
+    # changed nothing.
+    assert "PLAY [RDMA stack]" not in r.stdout
     assert all(v["changed"] == 0 for v in recap(r.stdout).values())
 
 
@@ -140,20 +144,29 @@ def test_hosts_init_installs_the_key_with_one_password_and_writes_an_inventory(c
         asked.append(prompt)
         return "s3cret-pw"
 
-    inv = hosts_mod.init(ips, "ops", key, tmp_path / "inv", ask_password=ask)
+    inv, todo = hosts_mod.init(ips, "ops", key, tmp_path / "inv", ask_password=ask,
+                               image="registry.test:5000/team/train:2")
     assert len(asked) == 1 and all(ip in asked[0] for ip in ips)
     doc = yaml.safe_load(inv.read_text())
     nodes = doc["all"]["children"]["gpu_nodes"]["hosts"]
     assert sorted(nodes) == ["node-2", "node-3"]
     assert nodes["node-2"]["gpucluster_gathered"]["os"].startswith("Debian GNU/Linux 12")
     assert nodes["node-2"]["gpucluster_gathered"]["gpus"] == 0
-    # The key is now trusted: Ansible reaches both with host keys checked, no password.
-    r = run("ansible", "-i", str(inv), "gpu_nodes", "-m", "ansible.builtin.command", "-a", "id -un")
+    # A login user other than root becomes root for the stages; the stages' settings come
+    # from the sample, with the image given.
+    assert nodes["node-2"]["ansible_become"] is True
+    image_vars = yaml.safe_load((tmp_path / "inv/group_vars/all/training_image.yml").read_text())
+    assert image_vars["training_image_ref"] == "registry.test:5000/team/train:2"
+    assert len(todo) == 1 and "copied from" in todo[0]
+    # The key is now trusted: Ansible reaches both with host keys checked, no password
+    # (ops has no sudo on these nodes, so without become here).
+    r = run("ansible", "-i", str(inv), "gpu_nodes", "-e", "ansible_become=false",
+            "-m", "ansible.builtin.command", "-a", "id -un")
     assert r.stdout.count("ops") == 2
-    # A second run asks nothing and keeps what a user added to the inventory.
+    # A second run asks nothing and keeps what a user added to the inventory and group_vars.
     nodes["node-2"]["my_var"] = 1
     inv.write_text(yaml.safe_dump(doc))
-    hosts_mod.init(ips, "ops", key, tmp_path / "inv", ask_password=ask)
+    assert hosts_mod.init(ips, "ops", key, tmp_path / "inv", ask_password=ask)[1] == []
     assert len(asked) == 1
     assert yaml.safe_load(inv.read_text())["all"]["children"]["gpu_nodes"]["hosts"]["node-2"]["my_var"] == 1
     assert list((tmp_path / "inv").glob("hosts.yml.*.bak"))

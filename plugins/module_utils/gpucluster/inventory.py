@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 Problem = namedtuple("Problem", "variable message fix")
 
 # Docker image reference grammar (distribution/reference, reference.go):
@@ -101,6 +103,11 @@ def check_ssh_port(port, network_mode="host", node_ssh_port=22):
 
 
 def check_gpus(gpu_count, require_gpu):
+    # -e preflight_require_gpu=false arrives as the string "false": read it as Ansible does.
+    try:
+        require_gpu = boolean(require_gpu, strict=True)
+    except TypeError:
+        return [Problem("preflight_require_gpu", f"{require_gpu!r} is not a boolean", "use true or false")]
     if require_gpu and int(gpu_count) == 0:
         return [Problem(
             "preflight_require_gpu",

@@ -74,3 +74,7 @@ def test_gpu_less_node_needs_an_explicit_opt_out():
     assert inventory.check_gpus(0, True)[0].variable == "preflight_require_gpu"
     assert inventory.check_gpus(0, False) == []
     assert inventory.check_gpus(8, True) == []
+    # -e preflight_require_gpu=false is a string on the command line
+    assert inventory.check_gpus(0, "false") == []
+    assert inventory.check_gpus(0, "yes")[0].variable == "preflight_require_gpu"
+    assert inventory.check_gpus(8, "maybe")[0].message == "'maybe' is not a boolean"
