@@ -77,7 +77,11 @@ def _hosts(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hosts", required=True, help="comma-separated host addresses")
     p.add_argument("--user", required=True, help="SSH user with sudo on the hosts")
     p.add_argument("--key", type=Path, default=None, help="controller private key (default ~/.ssh/id_ed25519)")
-    p.add_argument("--inventory-dir", type=Path, default=Path("inventory/cluster"))
+    p.add_argument("--inventory-dir", type=Path, default=Path("inventory/cluster"),
+                   help="where hosts.yml, known_hosts and (when missing) group_vars/ go (default inventory/cluster, "
+                        "relative to the current directory)")
+    p.add_argument("--image", default=None,
+                   help="training image reference written as training_image_ref into a new group_vars/")
     p.set_defaults(func=run_hosts)
 
 
@@ -85,8 +89,10 @@ def run_hosts(args: argparse.Namespace) -> int:
     from gpucluster.hosts import init
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    path = init(hosts, args.user, args.key, args.inventory_dir)
+    path, todo = init(hosts, args.user, args.key, args.inventory_dir, image=args.image)
     console.print(f"inventory written: {path}")
+    for line in todo:
+        console.print(f"next: {line}")
     return 0
 
 

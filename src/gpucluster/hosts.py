@@ -5,7 +5,10 @@ yet trusted, ask for the password once (for all hosts) and append the controller
 key to ``~/.ssh/authorized_keys`` there. Then gather what the inventory needs from the host
 itself (hostname, OS, CPU count, memory, NVIDIA GPUs from ``lspci -nn``, default route NIC)
 and write ``<inventory-dir>/hosts.yml``. Existing files are merged: hosts and variables a
-user added are kept, a backup of the old file is kept beside it.
+user added are kept, a backup of the old file is kept beside it. A login user other than
+root gets ``ansible_become: true`` (every stage changes the system). An inventory directory
+without ``group_vars/`` gets a copy of ``inventory/sample/group_vars`` (every stage's
+settings at their defaults), with ``training_image_ref`` set from ``--image`` when given.
 """
 
 from __future__ import annotations
@@ -137,6 +140,8 @@ def render_inventory(facts: list[HostFacts], user: str, key: Path, existing: dic
     group["hosts"] = hosts
     for f in facts:
         entry = hosts.get(f.hostname) or {}
+        if user != "root":
+            entry.setdefault("ansible_become", True)
         entry.update(
             {
                 "ansible_ssh_common_args": "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts "
@@ -156,7 +161,38 @@ def render_inventory(facts: list[HostFacts], user: str, key: Path, existing: dic
     return doc
 
 
-def init(hosts: list[str], user: str, key: Path | None, inventory_dir: Path, ask_password=getpass.getpass) -> Path:
+SAMPLE_GROUP_VARS = Path(__file__).resolve().parents[2] / "inventory" / "sample" / "group_vars"
+SAMPLE_IMAGE_REF = "registry.example.com/team/horovod-lightcc:1.0"
+
+
+def seed_group_vars(inventory_dir: Path, image: str | None = None, sample: Path = SAMPLE_GROUP_VARS) -> list[str]:
+    """Give ``inventory_dir`` the sample's group_vars when it has none; returns what to do next.
+
+    An existing ``group_vars/`` is the user's and is never touched. ``image`` replaces the
+    sample's example ``training_image_ref`` (registry.example.com/...), which cannot be pulled.
+    """
+    dest = inventory_dir / "group_vars"
+    if dest.exists():
+        return []
+    if not sample.is_dir():
+        return [f"no {dest}: copy inventory/sample/group_vars there from a gpucluster checkout"]
+    shutil.copytree(sample, dest)
+    todo = [f"{dest} copied from {sample}: every stage at its defaults; review it"]
+    ref_file = dest / "all" / "training_image.yml"
+    if image:
+        text = ref_file.read_text()
+        new = re.sub(r"(?m)^training_image_ref: .*$", lambda _m: f"training_image_ref: {image}", text)
+        if new == text:
+            raise RuntimeError(f"{ref_file} has no training_image_ref line to set")
+        ref_file.write_text(new)
+    else:
+        todo.append(f"set training_image_ref in {ref_file} (now the example {SAMPLE_IMAGE_REF}), "
+                    "or rerun with --image REF")
+    return todo
+
+
+def init(hosts: list[str], user: str, key: Path | None, inventory_dir: Path, ask_password=getpass.getpass,
+         image: str | None = None) -> tuple[Path, list[str]]:
     if not hosts:
         raise ValueError("--hosts is empty: give a comma-separated list of addresses")
     key = key or Path.home() / ".ssh" / "id_ed25519"
@@ -184,4 +220,4 @@ def init(hosts: list[str], user: str, key: Path | None, inventory_dir: Path, ask
     doc = render_inventory(facts, user, key.resolve(), existing)
     path.write_text("# Written by `gpucluster hosts init`; edit freely, reruns merge.\n---\n"
                     + yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return path, seed_group_vars(inventory_dir, image)

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpucluster import hosts
 
@@ -48,3 +49,32 @@ def test_inventory_merges_and_keeps_user_entries():
 def test_duplicate_hostnames_are_refused():
     with pytest.raises(RuntimeError, match="unique hostname"):
         hosts.render_inventory([_facts(), _facts("192.0.2.12")], "u", Path("/k"))
+
+
+def test_a_login_user_other_than_root_becomes_root_unless_the_inventory_says_otherwise():
+    existing = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-1": {"ansible_become": False}}}}}}
+    doc = hosts.render_inventory([_facts(), _facts("192.0.2.12", "gpu-2")], "ubuntu", Path("/k"), existing)
+    nodes = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    assert nodes["gpu-1"]["ansible_become"] is False and nodes["gpu-2"]["ansible_become"] is True
+    root = hosts.render_inventory([_facts()], "root", Path("/k"))
+    assert "ansible_become" not in root["all"]["children"]["gpu_nodes"]["hosts"]["gpu-1"]
+
+
+def test_group_vars_come_from_the_sample_once_with_the_image(tmp_path):
+    todo = hosts.seed_group_vars(tmp_path, "registry.test/team/train:2")
+    ref = yaml.safe_load((tmp_path / "group_vars/all/training_image.yml").read_text())["training_image_ref"]
+    assert ref == "registry.test/team/train:2"
+    assert sorted(p.name for p in (tmp_path / "group_vars/all").iterdir()) == sorted(
+        p.name for p in hosts.SAMPLE_GROUP_VARS.joinpath("all").iterdir())
+    assert len(todo) == 1
+    # An existing group_vars/ is the user's: never touched again.
+    (tmp_path / "group_vars/all/training_image.yml").write_text("training_image_ref: mine/own:1\n")
+    assert hosts.seed_group_vars(tmp_path, "other/image:3") == []
+    assert (tmp_path / "group_vars/all/training_image.yml").read_text() == "training_image_ref: mine/own:1\n"
+
+
+def test_without_an_image_the_example_reference_is_named_as_a_todo(tmp_path):
+    todo = hosts.seed_group_vars(tmp_path)
+    assert any("set training_image_ref" in t and hosts.SAMPLE_IMAGE_REF in t for t in todo)
+    text = (tmp_path / "group_vars/all/training_image.yml").read_text()
+    assert f"training_image_ref: {hosts.SAMPLE_IMAGE_REF}" in text
