@@ -6,7 +6,11 @@ against the pinned mpi-operator CRD schema first), or the env file of the job's 
 Nothing is executed; running on the cluster is the playbooks' job.
 
 ``gpucluster report RESULTS.json --out-dir DIR`` writes ``report.json``, ``report.md`` and
-``report.png`` (:mod:`gpucluster.report`).
+``report.png`` (:mod:`gpucluster.report`); ``RESULTS.json`` is the ``results.json`` that
+``playbooks/benchmark.yml`` writes to ``reports/benchmark-<timestamp>/``.
+
+Errors print with Rich markup off: a message such as ``give nodes: [host, ...]`` would
+otherwise lose its brackets as a markup tag.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(stderr=True)
 
@@ -31,19 +36,43 @@ def add_launch(sub: argparse._SubParsersAction) -> None:
                       help="the Kubeflow MPIJob manifest (YAML), schema-checked")
     mode.add_argument("--env-file", dest="mode", action="store_const", const="env",
                       help="the job environment as KEY=VALUE lines (docker --env-file format)")
-    p.add_argument("--output", "-o", type=Path, default=None, help="write here instead of stdout")
+    p.add_argument("--output", "-o", type=Path, default=None,
+                   help="write here instead of stdout (its directory must exist)")
     p.set_defaults(func=run_launch)
+
+
+def _error(exc: Exception) -> int:
+    """Print ``exc`` like ``gpucluster.cli.main`` does, but as plain text; exit status 2."""
+    console.print(f"[red]error:[/red] {escape(str(exc))}")
+    return 2
 
 
 def run_launch(args: argparse.Namespace) -> int:
     from gpucluster import launch
+
+    try:
+        return _run_launch(args, launch)
+    except ValueError as exc:
+        return _error(exc)
+
+
+def _run_launch(args: argparse.Namespace, launch) -> int:
     from gpucluster.runtime import render_env_file
 
+    if args.output is not None and not args.output.parent.is_dir():
+        raise ValueError(
+            f"--output {args.output}: directory {args.output.parent} does not exist; create it first "
+            "(gpucluster launch makes no directories) or write elsewhere"
+        )
     job = launch.load_job_spec(args.spec)
     if args.mode == "mpirun":
         text = launch.render_mpirun_command(job) + "\n"
     elif args.mode == "env":
-        header = f"gpucluster job {job.name}: runtime {job.runtime}"
+        forwarded = launch.profile_forwarded(job)
+        header = f"gpucluster job {job.name}: runtime {job.runtime}; the variables this job sets"
+        if forwarded:
+            header += (f"\nnot set by the job, so the node's values apply (/etc/gpucluster/runtime.env): "
+                       f"{', '.join(forwarded)}")
         text = render_env_file(launch.job_env(job), header=header)
     else:
         documents = launch.render_k8s_documents(job)
@@ -52,8 +81,10 @@ def run_launch(args: argparse.Namespace) -> int:
             console.print(f"[yellow]warning:[/yellow] {check.note}")
         text = launch.to_yaml(documents)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+        try:
+            args.output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"--output {args.output}: cannot write ({exc.strerror or exc})") from exc
         console.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)
@@ -62,22 +93,30 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="scaling report (JSON, Markdown, PNG) from benchmark results")
-    p.add_argument("results", type=Path, help="RESULTS.json: [{gpus, nodes, runtime, throughput, unit}, ...]")
+    p.add_argument("results", type=Path,
+                   help="the results.json playbooks/benchmark.yml writes (reports/benchmark-<timestamp>/): "
+                        "[{gpus, nodes, runtime, throughput, unit}, ...]")
     p.add_argument("--out-dir", type=Path, required=True, help="directory for report.json/.md/.png")
     p.add_argument("--title", default=None, help="report title (default: the file's title)")
     p.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from gpucluster.report import write_report
+    from gpucluster.report import ResultsError, write_report
 
     try:
-        data = json.loads(args.results.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{args.results}: cannot read the results ({exc.strerror or exc})") from exc
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{args.results}: not valid JSON ({exc})") from exc
-    paths = write_report(data, args.out_dir, title=args.title)
+        try:
+            data = json.loads(args.results.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ValueError(f"{args.results}: cannot read the results ({exc.strerror or exc})") from exc
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{args.results}: not valid JSON ({exc})") from exc
+        try:
+            paths = write_report(data, args.out_dir, title=args.title)
+        except ResultsError as exc:
+            raise ValueError(f"{args.results}: {exc}") from exc
+    except ValueError as exc:
+        return _error(exc)
     for kind, path in paths.items():
         console.print(f"wrote {kind}: {path}")
     return 0

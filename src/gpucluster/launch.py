@@ -9,41 +9,67 @@ A job spec is a YAML mapping (see ``examples/jobs/*.yml``)::
     nodes: [gpu-node-1, gpu-node-2]   # host names for mpirun; or node_count: 2
     gpus_per_node: 8                  # slots per node = ranks per node
     runtime: lightcc                  # lightcc | horovod  (gpucluster.runtime)
-    profile: {LIGHT_TOPK_ALLREDUCE: 1}  # overrides of the runtime profile, validated
-    nccl_env: {NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5}   # NCCL_* only, e.g. from facts
+    profile: {LIGHT_TOPK_ALLREDUCE: 1}  # runtime variables this job sets, validated
+    nccl_env: {NCCL_SOCKET_IFNAME: =eth0, NCCL_IB_HCA: mlx5}  # NCCL_* only, e.g. from facts
     env: {PYTHONUNBUFFERED: "1"}      # any other variable
-    network_interface: eth0           # Open MPI's TCP (btl and oob): NIC name(s) or CIDR
+    network_interface: eth0           # mpirun only: Open MPI's TCP (btl and oob), NIC name(s) or CIDR
     ssh_port: 2222                    # sshd of the training containers (default 2222)
-    hostfile: /etc/mpi/hostfile       # optional: --hostfile instead of -H
+    hostfile: /etc/gpucluster/mpi/hostfile  # optional: --hostfile instead of -H (the file the
+                                      # container_ssh role writes, container_ssh_hostfile)
     k8s:                              # MPIJob options, all optional
       api_version: v2beta1            # or v1
       namespace: default
       hugepages_1gi: 16               # 1 GiB pages per worker pod (limits == requests)
-      memory: 512Gi                   # memory per worker pod (limits == requests)
-      tools_dir: /usr/local/harp      # host path of the NCCL net plugin / tools, mounted as is
+      memory: 512Gi                   # memory per worker pod (limits == requests), /dev/shm included
+      shm_size: 32Gi                  # /dev/shm of each pod: emptyDir medium Memory (default 32Gi)
+      tools_dir: /opt/gpucluster/tools  # host path of the NCCL net plugin / tools, mounted as is
       host_network: false
-      network_interface: eth0         # MPI TCP interface inside the pods (default eth0)
+      network_interface: eth0         # MPIJob only: MPI TCP interface inside the pods (default eth0)
       ssh_auth_mount_path: /root/.ssh # v2beta1 only
       volcano: {enabled: true, queue: default, priority_class: high, podgroup: false}
       run_policy: {clean_pod_policy: Running, backoff_limit: 0, ttl_seconds_after_finished: 3600,
                    active_deadline_seconds: 86400}
 
-Both renderings take their environment from one function, :func:`job_env` (runtime profile,
-then ``nccl_env``, then ``env``), so they cannot drift: ``mpirun`` exports each variable with
-``-x NAME=value``; the MPIJob puts the same variables in the launcher's and the workers'
-container ``env`` and its launcher's ``mpirun`` forwards each with ``-x NAME``.
+**The environment.** :func:`job_env` is what the job itself sets: the runtime variables the
+spec's ``profile`` names (not the others), then ``nccl_env``, then ``env``. ``mpirun`` exports
+each with ``-x NAME=value`` and forwards every other variable of the runtime profile by name
+(``-x NAME``, :func:`profile_forwarded`): the training container already has the node's tuned
+profile in its environment (``/etc/gpucluster/runtime.env``, written by the runtime_profile role
+from the inventory), and ``-x`` without a value passes the launching container's value on to
+every rank, so a job spec never overrides the node's tuning with vendor defaults. Pods have no
+such env file: the MPIJob carries :func:`mpijob_env`, the spec's profile *filled with the
+vendor defaults* (plus ``nccl_env`` and ``env``), in the launcher's and the workers' container
+``env``, and its launcher's ``mpirun`` forwards each by name. So both launchers give the ranks
+the same variable names, with the same values wherever the spec sets them; where it does not,
+``mpirun`` passes on the node's value and the MPIJob the vendor default (set the value under
+``profile`` to pin it for both).
+
+**The MPI interface differs on purpose.** ``--mpirun`` pins Open MPI's TCP (``btl_tcp_if_include``
+/ ``oob_tcp_if_include``) to ``network_interface``, a NIC of the node (the containers use the
+host network); ``--mpijob`` pins it to ``k8s.network_interface`` (default ``eth0``), the
+interface *inside the pods*, which has its own name unless ``k8s.host_network`` is true. The
+``nccl_env`` values (``NCCL_SOCKET_IFNAME`` included) are the same for both, so a pod network
+whose interface is not named like the node's NIC needs ``k8s.host_network: true`` or an
+``NCCL_SOCKET_IFNAME`` that matches both.
 
 Sources: Horovod ``docs/mpi.rst`` (``-bind-to none -map-by slot``, ``-x LD_LIBRARY_PATH -x
 PATH``, ``-mca pml ob1 -mca btl ^openib``); Open MPI ``btl_tcp_if_include`` /
 ``oob_tcp_if_include`` / ``plm_rsh_args``; mpi-operator v0.8.2 CRD and
-``examples/v2beta1`` (workers run ``/usr/sbin/sshd -De``); Volcano PodGroup
-``scheduling.volcano.sh/v1beta1``.
+``examples/v2beta1`` (workers run ``/usr/sbin/sshd -De``); mpi-operator ``--gang-scheduling=volcano``
+(``pkg/controller/podgroup.go``: the operator creates a PodGroup named after the MPIJob with
+``minMember`` = ``runPolicy.schedulingPolicy.minAvailable``, ``queue`` and ``priorityClassName``
+from it, sets ``schedulerName: volcano`` and the ``scheduling.k8s.io/group-name`` annotation on
+the pods; ``scheduleTimeoutSeconds`` is not passed to a Volcano PodGroup); Volcano PodGroup
+``scheduling.volcano.sh/v1beta1``; NCCL_SOCKET_IFNAME checks of
+``plugins/module_utils/gpucluster/nccl_env.py`` (fixture nccl-network/C29).
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.resources
+import io
 import ipaddress
 import re
 import shlex
@@ -61,7 +87,17 @@ API_VERSIONS = {"v2beta1": "kubeflow.org/v2beta1", "v1": "kubeflow.org/v1"}
 CRD_RESOURCE = ("data", "mpi-operator-v0.8.2", "kubeflow.org_mpijobs.yaml")
 CRD_VERSION = "v2beta1"
 DEFAULT_SSH_PORT = 2222
-DEFAULT_TOOLS_DIR = "/usr/local/harp"
+#: Host path of the network stack's tools: ``training_image_tools_dir`` of
+#: ``roles/training_image/defaults/main.yml`` (the NCCL net plugin goes to its ``nccl-net``,
+#: ``nccl_net_plugin_dir``), so the pods mount what the roles installed.
+DEFAULT_TOOLS_DIR = "/opt/gpucluster/tools"
+#: The MPI hostfile the container_ssh role writes (``container_ssh_hostfile``) in the directory
+#: the training container mounts (``/etc/gpucluster/mpi``).
+DEFAULT_HOSTFILE = "/etc/gpucluster/mpi/hostfile"
+#: ``/dev/shm`` of each pod, mirroring the Docker path's ``--shm-size=32g``
+#: (``training_image_shm_size``; Docker's ``g`` is GiB). Kubernetes' default is 64 MiB, too
+#: small for NCCL's shared-memory transport.
+DEFAULT_SHM_SIZE = "32Gi"
 DEFAULT_POD_INTERFACE = "eth0"
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 #: Variables mpirun forwards from the launcher's own environment (Horovod docs/mpi.rst), so
@@ -136,6 +172,7 @@ class K8sSpec:
     namespace: str = "default"
     hugepages_1gi: int = 0
     memory: str | None = None
+    shm_size: str = DEFAULT_SHM_SIZE
     tools_dir: str = DEFAULT_TOOLS_DIR
     host_network: bool = False
     network_interface: str | None = None
@@ -155,6 +192,8 @@ class JobSpec:
     gpus_per_node: int
     profile: RuntimeProfile
     nodes: tuple[str, ...] = ()
+    #: The runtime variables the spec's ``profile`` sets (the rest of ``profile`` are defaults).
+    profile_set: tuple[str, ...] = ()
     nccl_env: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     network_interface: str | None = None
@@ -181,7 +220,7 @@ _TOP_KEYS = {
     "nccl_env", "env", "network_interface", "ssh_port", "hostfile", "k8s",
 }
 _K8S_KEYS = {
-    "api_version", "namespace", "hugepages_1gi", "memory", "tools_dir", "host_network",
+    "api_version", "namespace", "hugepages_1gi", "memory", "shm_size", "tools_dir", "host_network",
     "network_interface", "ssh_auth_mount_path", "volcano", "run_policy",
 }
 _VOLCANO_KEYS = {"enabled", "queue", "priority_class", "podgroup"}
@@ -193,7 +232,9 @@ _RUN_POLICY_KEYS = {
 def _unknown(where: str, data: Mapping[str, Any], allowed: set[str], problems: list[str]) -> None:
     for key in data:
         if key not in allowed:
-            problems.append(f"{where}{key}: unknown field; allowed: {', '.join(sorted(allowed))}")
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f"did you mean {where}{close[0]}? " if close else ""
+            problems.append(f"{where}{key}: unknown field; {hint}allowed: {', '.join(sorted(allowed))}")
 
 
 def _int(value: Any, where: str, problems: list[str], *, minimum: int = 0) -> int | None:
@@ -204,6 +245,20 @@ def _int(value: Any, where: str, problems: list[str], *, minimum: int = 0) -> in
         problems.append(f"{where}={value} must be >= {minimum}")
         return None
     return value
+
+
+_QUANTITY_FACTORS = {
+    "": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}
+
+
+def _quantity_bytes(text: str) -> float | None:
+    """A plain ``<number><suffix>`` Kubernetes quantity in bytes; None for other forms (``1e3``, ``m``)."""
+    match = re.fullmatch(r"\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?", text)
+    if not match:
+        return None
+    return float(match.group(1)) * _QUANTITY_FACTORS[match.group(2) or ""]
 
 
 def interface_problem(value: str, where: str = "network_interface") -> str | None:
@@ -233,19 +288,54 @@ def interface_problem(value: str, where: str = "network_interface") -> str | Non
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _nccl_env_utils() -> Any:
+    """``plugins/module_utils/gpucluster/nccl_env.py``, the NCCL_SOCKET_IFNAME semantics the
+    nccl_env role renders and lints with, imported the way the filter plugins import it
+    (``plugins/filter/gpucluster_filter_utils.py``: the folder joins ``ansible.module_utils``)."""
+    import ansible.module_utils
+
+    module_utils = str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils")
+    if module_utils not in list(ansible.module_utils.__path__):
+        ansible.module_utils.__path__.append(module_utils)
+    from ansible.module_utils.gpucluster import nccl_env
+
+    return nccl_env
+
+
+#: Interfaces an NCCL_SOCKET_IFNAME value must not be able to select (sample names of the
+#: never-use families: loopback, Docker bridges, veth pairs, libvirt bridges).
+_NCCL_NEVER_SAMPLES = ("lo", "docker0", "docker_gwbridge", "veth0", "virbr0")
+
+
 def _nccl_ifname_problem(value: str) -> str | None:
-    """NCCL_SOCKET_IFNAME may exclude (``^docker0,lo``) but must not select a refused interface."""
-    text = value.strip()
-    if text.startswith("^"):
-        return None
-    text = text.lstrip("=")
-    for item in (p.strip() for p in text.split(",") if p.strip()):
-        for pattern, why in _REFUSED_IF:
-            if pattern.search(item):
-                return (
-                    f"nccl_env.NCCL_SOCKET_IFNAME selects {item!r}, {why}; NCCL would bootstrap over it "
-                    "(fixtures nccl-logs/E12, E17). Name the routable NIC (e.g. eth0) or exclude: ^docker0,lo"
-                )
+    """Why ``nccl_env.NCCL_SOCKET_IFNAME=value`` is refused, or None.
+
+    A job spec must name the data NIC(s): an exclusion list (``^docker0``) lets NCCL choose
+    among whatever else the node has, ``lo`` included (fixture nccl-network/C29), and an
+    include that matches lo, docker*, veth* or virbr* (``lo``, ``=docker0``, the prefix ``d``)
+    would bootstrap over an interface peers cannot reach (nccl-logs/E12, E17). The semantics
+    are those of ``nccl_env.py`` (:func:`parse_ifname_spec`, :func:`ifname_matches`,
+    :func:`check_socket_ifname`).
+    """
+    nccl = _nccl_env_utils()
+    where = f"nccl_env.NCCL_SOCKET_IFNAME={value!r}"
+    fix = ("give the data NIC(s) by exact name, e.g. NCCL_SOCKET_IFNAME: '=eth0' (or '=eth0,eth1'), "
+           "or name prefixes such as eth0; take the names from the network facts")
+    parsed = nccl.parse_ifname_spec(value)
+    findings = nccl.check_socket_ifname(value)
+    if parsed["exclude"]:
+        detail = f" ({'; '.join(findings)})" if findings else ""
+        return (f"{where} is an exclusion list: NCCL then picks any other interface, lo included "
+                f"(fixture nccl-network/C29: ^docker0 lets NCCL pick lo){detail}; {fix}")
+    selected = [name for name in _NCCL_NEVER_SAMPLES if nccl.ifname_matches(value, name)]
+    for name, _port in parsed["items"]:
+        if interface_problem(name) is not None:
+            selected.append(name)
+    if findings or selected:
+        detail = "; ".join(findings) or f"it matches {', '.join(dict.fromkeys(selected))}"
+        return (f"{where} could select an interface that never carries NCCL traffic ({detail}); "
+                f"NCCL would bootstrap over it (fixtures nccl-logs/E12, E17); {fix}")
     return None
 
 
@@ -345,16 +435,20 @@ def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
                 )
             node_count = count
     if nodes_raw is None and count_raw is None:
-        problems.append("give nodes: [host, ...] (needed for mpirun) or node_count: N")
+        problems.append("give nodes: [host, ...] (needed for mpirun) or node_count: N (enough for an MPIJob)")
 
     runtime = data.get("runtime", "lightcc")
     overrides = data.get("profile") or {}
     profile: RuntimeProfile | None = None
+    profile_set: tuple[str, ...] = ()
     if not isinstance(overrides, Mapping):
         problems.append("profile must be a mapping of runtime variables, e.g. {LIGHT_TOPK_RATIO: 0.01}")
     elif gpus_ok is not None:
         try:
             profile = build_profile(str(runtime), overrides, gpus_per_node=gpus_ok)
+            # build_profile's spelling rule: names are case-insensitive, surrounding blanks ignored.
+            given = {str(key).strip().upper() for key in overrides}
+            profile_set = tuple(name for name in profile.values if name in given)
         except ProfileError as exc:
             problems.extend(f"profile: {p}" if not p.startswith("runtime=") else p for p in exc.problems)
 
@@ -407,6 +501,7 @@ def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
         gpus_per_node=gpus_ok,
         profile=profile,
         nodes=nodes,
+        profile_set=profile_set,
         nccl_env=nccl_env,
         env=env,
         network_interface=iface,
@@ -435,6 +530,22 @@ def _parse_k8s(data: Any, problems: list[str]) -> K8sSpec:
             memory = str(memory)
         if not isinstance(memory, str) or not _QUANTITY.match(memory):
             problems.append(f"k8s.memory={memory!r} must be a Kubernetes quantity, e.g. 512Gi")
+    shm_size = data.get("shm_size", DEFAULT_SHM_SIZE)
+    if isinstance(shm_size, int) and not isinstance(shm_size, bool):
+        shm_size = str(shm_size)
+    if not isinstance(shm_size, str) or not _QUANTITY.match(shm_size) or _quantity_bytes(shm_size) == 0:
+        problems.append(
+            f"k8s.shm_size={shm_size!r} must be a positive Kubernetes quantity, e.g. {DEFAULT_SHM_SIZE} "
+            "(the pods' /dev/shm; the Docker path runs with --shm-size=32g)"
+        )
+    elif isinstance(memory, str) and _QUANTITY.match(memory):
+        shm_bytes, mem_bytes = _quantity_bytes(shm_size), _quantity_bytes(memory)
+        if shm_bytes is not None and mem_bytes is not None and shm_bytes >= mem_bytes:
+            problems.append(
+                f"k8s.shm_size={shm_size} is not below k8s.memory={memory}: /dev/shm is a memory-backed "
+                "emptyDir whose pages count against the worker's memory limit, so raise k8s.memory "
+                "(shm plus what the training process needs) or lower k8s.shm_size"
+            )
     if isinstance(hugepages, int) and hugepages > 0 and memory is None:
         problems.append(
             "k8s.hugepages_1gi is set but k8s.memory is not: Kubernetes admits hugepages only with a "
@@ -507,6 +618,7 @@ def _parse_k8s(data: Any, problems: list[str]) -> K8sSpec:
         namespace=str(namespace),
         hugepages_1gi=hugepages if isinstance(hugepages, int) else 0,
         memory=memory,
+        shm_size=str(shm_size),
         tools_dir=str(tools_dir),
         host_network=host_network is True,
         network_interface=pod_iface,
@@ -522,10 +634,17 @@ def load_job_spec(path: str | Path) -> JobSpec:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise JobSpecError([f"{path}: cannot read the job spec ({exc.strerror or exc})"]) from exc
+    stream = io.StringIO(text)
+    stream.name = str(path)  # PyYAML names the file in its marks (else "<unicode string>")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(stream)
     except yaml.YAMLError as exc:
         raise JobSpecError([f"{path}: not valid YAML ({exc})"]) from exc
+    if data is None:
+        raise JobSpecError([
+            f"{path}: the job spec is empty (no YAML mapping in it); start from "
+            "examples/jobs/resnet50-lightcc.yml"
+        ])
     return parse_job_spec(data)
 
 
@@ -539,8 +658,31 @@ def _spec(spec: JobSpec | Mapping[str, Any]) -> JobSpec:
 
 
 def job_env(spec: JobSpec | Mapping[str, Any]) -> dict[str, str]:
-    """The job's environment, ``{NAME: "value"}``: runtime profile (documented order), then
-    ``nccl_env`` and ``env`` (each sorted by name). Both launchers are rendered from this."""
+    """What the job itself sets, ``{NAME: "value"}``: the runtime variables the spec's
+    ``profile`` names (documented order; not the defaults of the others), then ``nccl_env`` and
+    ``env`` (each sorted by name). ``mpirun`` exports exactly these with ``-x NAME=value``; the
+    ``--env-file`` output is this."""
+    job = _spec(spec)
+    profile = job.profile.env()
+    env = {name: profile[name] for name in profile if name in job.profile_set}
+    env.update(sorted(job.nccl_env.items()))
+    env.update(sorted(job.env.items()))
+    return env
+
+
+def profile_forwarded(spec: JobSpec | Mapping[str, Any]) -> list[str]:
+    """Runtime profile variables the spec leaves to the node, in documented order: ``mpirun``
+    forwards each by name (``-x NAME``), passing on the launching container's value, i.e. the
+    node's tuned ``/etc/gpucluster/runtime.env`` (runtime_profile role)."""
+    job = _spec(spec)
+    return [name for name in job.profile.values if name not in job.profile_set]
+
+
+def mpijob_env(spec: JobSpec | Mapping[str, Any]) -> dict[str, str]:
+    """The MPIJob containers' environment: the spec's runtime profile *filled with the vendor
+    defaults* (pods have no node env file to take the tuned values from), then ``nccl_env`` and
+    ``env``. Equal to :func:`job_env` on every variable the job sets; the others are
+    :func:`profile_forwarded`, at their defaults."""
     job = _spec(spec)
     env = dict(job.profile.env())
     env.update(sorted(job.nccl_env.items()))
@@ -571,8 +713,12 @@ def render_mpirun(spec: JobSpec | Mapping[str, Any]) -> list[str]:
     ``mpirun --allow-run-as-root -np N (-H h1:slots,... | --hostfile F) -x PATH
     -x LD_LIBRARY_PATH -x NAME=value ... -bind-to none -map-by slot --mca pml ob1 --mca btl
     ^openib --mca plm_rsh_args "-p PORT" --mca btl_tcp_if_include IF --mca oob_tcp_if_include
-    IF command...``. Host keys are expected in known_hosts; no StrictHostKeyChecking override
-    is ever emitted. Needs ``nodes`` (or ``hostfile``) and ``network_interface``.
+    IF command...``: ``-x NAME=value`` for each variable of :func:`job_env` (what the spec
+    sets), ``-x NAME`` for the rest of the runtime profile (:func:`profile_forwarded`: the
+    container's value from the node's runtime.env). ``IF`` is ``network_interface``, a NIC of the
+    node, where the MPIJob uses ``k8s.network_interface`` (the pods' own interface). Host keys
+    are expected in known_hosts; no StrictHostKeyChecking override is ever emitted. Needs
+    ``nodes`` (or ``hostfile``, e.g. ``/etc/gpucluster/mpi/hostfile``) and ``network_interface``.
     """
     job = _spec(spec)
     problems = []
@@ -591,7 +737,7 @@ def render_mpirun(spec: JobSpec | Mapping[str, Any]) -> list[str]:
         argv += ["--hostfile", job.hostfile]
     else:
         argv += ["-H", ",".join(f"{host}:{job.gpus_per_node}" for host in job.nodes)]
-    for name in _passthrough(job):
+    for name in _passthrough(job) + profile_forwarded(job):
         argv += ["-x", name]
     for name, value in job_env(job).items():
         argv += ["-x", f"{name}={value}"]
@@ -630,11 +776,12 @@ def _pod_interface(job: JobSpec) -> str:
 
 def _launcher_argv(job: JobSpec) -> list[str]:
     """The launcher's mpirun: the operator provides the hostfile; env values come from the
-    container env (same :func:`job_env`), so ``-x NAME`` forwards them to the ranks."""
+    container env (:func:`mpijob_env`), so ``-x NAME`` forwards them to the ranks. Open MPI's
+    TCP interface is ``k8s.network_interface`` (default eth0), the pods' own."""
     argv = _mpirun_head(job)
     for name in _passthrough(job):
         argv += ["-x", name]
-    for name in job_env(job):
+    for name in mpijob_env(job):
         argv += ["-x", name]
     # v1 (training-operator) starts ranks through kubectl exec, not ssh.
     ssh_port = job.ssh_port if job.k8s.api_version == "v2beta1" else None
@@ -656,13 +803,16 @@ def _pod_spec(job: JobSpec, container: dict[str, Any], *, worker: bool) -> dict[
         spec["schedulerName"] = "volcano"
         if job.k8s.volcano.priority_class:
             spec["priorityClassName"] = job.k8s.volcano.priority_class
+    # /dev/shm: Kubernetes gives 64 MiB, NCCL's shared-memory transport needs more (the Docker
+    # path runs --shm-size=32g). A memory-medium emptyDir counts against the memory limit.
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": job.k8s.shm_size}}]
     if worker:
-        volumes = [
+        volumes += [
             {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}},
             {"name": "hugepages", "hostPath": {"path": "/dev/hugepages", "type": "Directory"}},
             {"name": "tools", "hostPath": {"path": job.k8s.tools_dir, "type": "Directory"}},
         ]
-        spec["volumes"] = volumes
+    spec["volumes"] = volumes
     return spec
 
 
@@ -694,13 +844,18 @@ def render_mpijob(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
     and Worker (``node_count`` replicas, ``sshd -De -p PORT``; privileged; limits
     ``nvidia.com/gpu``, ``memory`` and ``hugepages-1Gi`` with requests equal to limits;
     hostPath mounts ``/sys``, ``/dev/hugepages`` and the tools dir at the same paths). Both
-    containers carry :func:`job_env`. ``runPolicy`` from ``k8s.run_policy``; with Volcano,
-    ``schedulerName: volcano``, ``priorityClassName`` and ``runPolicy.schedulingPolicy``
-    (``minAvailable`` = workers + 1, ``queue``, ``priorityClass``).
+    pods mount an emptyDir ``medium: Memory`` of ``sizeLimit`` ``k8s.shm_size`` at ``/dev/shm``
+    (it counts against ``k8s.memory``). Both containers carry :func:`mpijob_env`.
+    ``runPolicy`` from ``k8s.run_policy``; with Volcano, ``schedulerName: volcano``,
+    ``priorityClassName`` and ``runPolicy.schedulingPolicy`` (``minAvailable`` = workers + 1,
+    ``queue``, ``priorityClass``), from which mpi-operator started with
+    ``--gang-scheduling=volcano`` (``playbooks/k8s.yml`` with ``k8s_volcano=true``) makes the
+    job's PodGroup.
     """
     job = _spec(spec)
     k8s = job.k8s
-    env = [{"name": name, "value": value} for name, value in job_env(job).items()]
+    env = [{"name": name, "value": value} for name, value in mpijob_env(job).items()]
+    shm_mount = {"name": "dshm", "mountPath": "/dev/shm"}
     launcher_argv = _launcher_argv(job)
     launcher = {
         "name": "launcher",
@@ -708,6 +863,7 @@ def render_mpijob(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
         "command": launcher_argv[:1],
         "args": launcher_argv[1:],
         "env": env,
+        "volumeMounts": [dict(shm_mount)],
     }
     worker: dict[str, Any] = {"name": "worker", "image": job.image}
     if k8s.api_version == "v2beta1":
@@ -719,6 +875,7 @@ def render_mpijob(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
         "securityContext": {"privileged": True},
         "resources": _worker_resources(job),
         "volumeMounts": [
+            dict(shm_mount),
             {"name": "sys", "mountPath": "/sys"},
             {"name": "hugepages", "mountPath": "/dev/hugepages"},
             {"name": "tools", "mountPath": k8s.tools_dir},
@@ -769,8 +926,9 @@ def min_member(spec: JobSpec | Mapping[str, Any]) -> int:
 
 def render_podgroup(spec: JobSpec | Mapping[str, Any]) -> dict[str, Any]:
     """A Volcano PodGroup (``scheduling.volcano.sh/v1beta1``) for the job: ``minMember`` =
-    workers + 1, ``queue``, ``priorityClassName``. Only needed when mpi-operator runs without
-    ``--gang-scheduling=volcano`` (``k8s.volcano.podgroup: true``)."""
+    workers + 1, ``queue``, ``priorityClassName``. Only for an mpi-operator started without
+    ``--gang-scheduling=volcano`` (``k8s.volcano.podgroup: true``): with the flag the operator
+    creates a PodGroup of the same name itself and refuses one it does not own."""
     job = _spec(spec)
     if not job.k8s.volcano.enabled:
         raise JobSpecError(["a PodGroup needs k8s.volcano.enabled: true"])

@@ -50,8 +50,20 @@ def load_results(data: Any) -> tuple[list[BenchmarkRun], dict[str, str]]:
             if data.get(key) is not None:
                 meta[key] = str(data[key])
         unknown = set(data) - {"title", "note", "results"}
+        expected = ("expected the results.json that playbooks/benchmark.yml writes to "
+                    "reports/benchmark-<timestamp>/ ({title, note, results} or a list of runs)")
+        if {"series", "comparison", "formula"} & unknown:
+            raise ResultsError(
+                "this is a report.json, the output of `gpucluster report`, not its input; "
+                f"{expected}: give the results.json beside it"
+            )
+        if {"rows", "max_busbw_gbps", "all_correct"} & unknown:
+            raise ResultsError(
+                "this is a validate-*.json of playbooks/validate.yml (the allreduce check), not "
+                f"benchmark results; {expected}"
+            )
         if unknown:
-            raise ResultsError(f"unknown top-level keys {sorted(unknown)}; expected title, note, results")
+            raise ResultsError(f"unknown top-level keys {sorted(unknown)}; {expected}")
         data = data.get("results")
     if not isinstance(data, Sequence) or isinstance(data, str) or not data:
         raise ResultsError("results must be a non-empty list of {gpus, nodes, runtime, throughput, unit}")

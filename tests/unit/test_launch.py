@@ -11,6 +11,10 @@ import yaml
 
 from gpucluster.cli import main
 from gpucluster.launch import (
+    DEFAULT_HOSTFILE,
+    DEFAULT_SHM_SIZE,
+    DEFAULT_TOOLS_DIR,
+    PASSTHROUGH_VARS,
     JobSpecError,
     MPIJobSchemaError,
     check_mpijob,
@@ -18,9 +22,11 @@ from gpucluster.launch import (
     job_env,
     load_job_spec,
     min_member,
+    mpijob_env,
     mpijob_schema,
     mpirun_exports,
     parse_job_spec,
+    profile_forwarded,
     render_k8s_documents,
     render_mpijob,
     render_mpirun,
@@ -41,7 +47,7 @@ BASE = {
     "gpus_per_node": 8,
     "runtime": "lightcc",
     "profile": {"LIGHT_TOPK_ALLREDUCE": 1},
-    "nccl_env": {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5"},
+    "nccl_env": {"NCCL_SOCKET_IFNAME": "=eth0", "NCCL_IB_HCA": "mlx5"},
     "env": {"PYTHONUNBUFFERED": "1"},
     "network_interface": "eth0",
 }
@@ -76,16 +82,51 @@ def env_of(c):
 # ---------------------------------------------------------------- job spec validation
 
 
-def test_job_env_order_profile_then_nccl_then_extra():
-    env = job_env(spec())
-    names = list(env)
-    assert names[:7] == [
-        "LIGHT_2D_ALLREDUCE", "LIGHT_INTRA_SIZE", "LIGHT_HIERARCHICAL_THRESHOLD", "LIGHT_TOPK_ALLREDUCE",
-        "LIGHT_TOPK_RATIO", "LIGHT_TOPK_THRESHOLD", "LIGHT_TOPK_FP16",
-    ]
-    assert names[7:] == ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "PYTHONUNBUFFERED"]
+LIGHT_NAMES = [
+    "LIGHT_2D_ALLREDUCE", "LIGHT_INTRA_SIZE", "LIGHT_HIERARCHICAL_THRESHOLD", "LIGHT_TOPK_ALLREDUCE",
+    "LIGHT_TOPK_RATIO", "LIGHT_TOPK_THRESHOLD", "LIGHT_TOPK_FP16",
+]
+
+
+def test_job_env_is_what_the_spec_sets_profile_then_nccl_then_extra():
+    env = job_env(spec(profile={"light_topk_ratio": 0.05, "LIGHT_TOPK_ALLREDUCE": 1}))
+    assert list(env) == ["LIGHT_TOPK_ALLREDUCE", "LIGHT_TOPK_RATIO", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME",
+                         "PYTHONUNBUFFERED"]
+    assert env["LIGHT_TOPK_ALLREDUCE"] == "1" and env["LIGHT_TOPK_RATIO"] == "0.05"
+
+
+def test_mpijob_env_fills_the_profile_with_the_vendor_defaults():
+    env = mpijob_env(spec())
+    assert list(env) == LIGHT_NAMES + ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "PYTHONUNBUFFERED"]
     assert env["LIGHT_TOPK_ALLREDUCE"] == "1"
-    assert env["LIGHT_INTRA_SIZE"] == "8"
+    assert env["LIGHT_INTRA_SIZE"] == "8" and env["LIGHT_TOPK_RATIO"] == "0.01"
+
+
+def test_mpirun_does_not_override_the_nodes_tuned_profile_with_defaults():
+    """The node's /etc/gpucluster/runtime.env (runtime_profile role, from the inventory) is in the
+    training container's environment; mpirun must forward it, not replace it with vendor defaults."""
+    argv = render_mpirun(spec(profile={"LIGHT_TOPK_ALLREDUCE": 1}))
+    valued, forwarded = mpirun_exports(argv)
+    assert "LIGHT_TOPK_RATIO=0.01" not in argv and "LIGHT_INTRA_SIZE=8" not in argv
+    assert {k for k in valued if k.startswith("LIGHT_")} == {"LIGHT_TOPK_ALLREDUCE"}
+    assert forwarded == list(PASSTHROUGH_VARS) + [n for n in LIGHT_NAMES if n != "LIGHT_TOPK_ALLREDUCE"]
+    assert profile_forwarded(spec(profile={"LIGHT_TOPK_ALLREDUCE": 1})) == forwarded[2:]
+    # A spec that sets every variable forwards none; Horovod knobs of a LightCC profile only when set.
+    everything = {name: 0 for name in ("LIGHT_2D_ALLREDUCE", "LIGHT_TOPK_ALLREDUCE", "LIGHT_TOPK_FP16")}
+    everything |= {"LIGHT_INTRA_SIZE": 8, "LIGHT_HIERARCHICAL_THRESHOLD": 1, "LIGHT_TOPK_RATIO": 0.5,
+                   "LIGHT_TOPK_THRESHOLD": 1}
+    assert profile_forwarded(spec(profile=everything)) == []
+    assert "HOROVOD_CYCLE_TIME" not in mpirun_exports(render_mpirun(spec()))[1]
+
+
+def test_unknown_key_suggests_the_close_one():
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(nodes=None, node=["gpu-node-1"]))
+    text = str(info.value)
+    assert "node: unknown field; did you mean nodes?" in text
+    assert "give nodes: [host, ...] (needed for mpirun) or node_count: N" in text
+    with pytest.raises(JobSpecError, match="k8s.memroy: unknown field; did you mean k8s.memory?"):
+        parse_job_spec(spec(k8s={"memroy": "1Gi"}))
 
 
 def test_spec_reports_every_problem_with_field_names():
@@ -170,9 +211,36 @@ def test_nccl_socket_ifname_may_not_select_refused_interfaces(value):
         parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": value}))
 
 
-def test_nccl_socket_ifname_exclusion_list_is_fine():
-    job = parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": "^docker0,lo"}))
-    assert job.nccl_env["NCCL_SOCKET_IFNAME"] == "^docker0,lo"
+def c29_value():
+    line = fixture_text("nccl-network/C29_nccl_socket_ifname_exclude_docker0_selects_lo.1-nccl-conf-line-"
+                        "written-by-the-image.txt")
+    return line.strip().split("NCCL_SOCKET_IFNAME=", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("value", ["C29", "^docker0,lo", "^docker,lo", "^=docker0", "d", "l", "veth",
+                                   "br-0123456789ab"])
+def test_nccl_socket_ifname_exclusion_lists_and_never_interfaces_are_refused(value):
+    """Fixture nccl-network/C29: ^docker0 lets NCCL pick lo. A job names the data NIC."""
+    value = c29_value() if value == "C29" else value
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": value}))
+    text = str(info.value)
+    assert f"nccl_env.NCCL_SOCKET_IFNAME={value!r}" in text
+    assert "'=eth0'" in text  # the fix
+    if value.startswith("^"):
+        assert "exclusion list" in text
+
+
+def test_c29_finding_comes_from_the_nccl_env_module_utils():
+    assert c29_value() == "^docker0"
+    with pytest.raises(JobSpecError, match="may pick lo"):
+        parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": c29_value()}))
+
+
+@pytest.mark.parametrize("value", ["=eth0", "=eth0,eth1", "eth0", "ens1f0np0", "=bond0"])
+def test_nccl_socket_ifname_exact_lists_and_names_are_fine(value):
+    job = parse_job_spec(spec(nccl_env={"NCCL_SOCKET_IFNAME": value}))
+    assert job.nccl_env["NCCL_SOCKET_IFNAME"] == value
 
 
 # ---------------------------------------------------------------- mpirun
@@ -190,18 +258,18 @@ def test_mpirun_hosts_slots_np_and_options():
     assert argv[-4:] == ["python", "bench.py", "--model", "resnet50"]
 
 
-def test_mpirun_exports_every_variable_with_its_value():
+def test_mpirun_exports_what_the_spec_sets_with_its_value():
     argv = render_mpirun(spec())
     valued, forwarded = mpirun_exports(argv)
     assert valued == job_env(spec())
-    assert forwarded == ["PATH", "LD_LIBRARY_PATH"]
-    assert "-x" in argv and "LIGHT_TOPK_RATIO=0.01" in argv
+    assert forwarded == ["PATH", "LD_LIBRARY_PATH"] + profile_forwarded(spec())
+    assert "-x" in argv and "LIGHT_TOPK_ALLREDUCE=1" in argv and "NCCL_SOCKET_IFNAME==eth0" in argv
 
 
 def test_mpirun_hostfile_and_other_ssh_port():
-    argv = render_mpirun(spec(nodes=None, node_count=4, hostfile="/etc/mpi/hostfile", ssh_port=22022,
+    argv = render_mpirun(spec(nodes=None, node_count=4, hostfile=DEFAULT_HOSTFILE, ssh_port=22022,
                               gpus_per_node=4))
-    assert value_after(argv, "--hostfile") == "/etc/mpi/hostfile"
+    assert value_after(argv, "--hostfile") == "/etc/gpucluster/mpi/hostfile"
     assert "-H" not in argv
     assert value_after(argv, "-np") == "16"
     assert value_after(argv, "--mca", "plm_rsh_args") == "-p 22022"
@@ -226,7 +294,7 @@ def test_mpirun_command_string_is_shell_quoted():
 
 def test_user_path_replaces_the_passthrough():
     valued, forwarded = mpirun_exports(render_mpirun(spec(env={"PATH": "/opt/conda/bin:/usr/bin"})))
-    assert forwarded == ["LD_LIBRARY_PATH"]
+    assert forwarded == ["LD_LIBRARY_PATH"] + profile_forwarded(spec())
     assert valued["PATH"] == "/opt/conda/bin:/usr/bin"
 
 
@@ -248,15 +316,56 @@ def test_mpirun_needs_hosts_and_interface(changes, needle):
                                              ("horovod", {"HOROVOD_CYCLE_TIME": 3.5})])
 @pytest.mark.parametrize("api_version", ["v2beta1", "v1"])
 def test_mpirun_and_mpijob_carry_the_same_environment(runtime, profile, api_version):
-    data = spec(runtime=runtime, profile=profile, k8s={"api_version": api_version})
-    valued, forwarded = mpirun_exports(render_mpirun(data))
+    """Both launchers give the ranks the same variables. What may differ, and why:
+
+    - values of the runtime variables the spec does not set (``profile_forwarded``): mpirun
+      forwards the node's tuned value from /etc/gpucluster/runtime.env (``-x NAME``), the pods
+      have no such file and carry the vendor default; every variable the spec sets has the
+      same value in both;
+    - ``btl_tcp_if_include`` / ``oob_tcp_if_include``: ``network_interface`` (a NIC of the
+      node) for mpirun, ``k8s.network_interface`` (the pod's own interface) for the MPIJob;
+    - ``plm_rsh_args`` with v1, whose operator starts ranks with kubectl exec, not ssh.
+    Everything else of the mpirun command line is identical."""
+    data = spec(runtime=runtime, profile=profile, network_interface="ens1f0np0",
+                k8s={"api_version": api_version})
+    argv = render_mpirun(data)
+    valued, forwarded = mpirun_exports(argv)
     manifest = render_mpijob(data)
     launcher, worker = container(manifest, "Launcher"), container(manifest, "Worker")
-    assert env_of(launcher) == valued == job_env(data)
-    assert env_of(worker) == valued
-    launcher_valued, launcher_forwarded = mpirun_exports(launcher["command"] + launcher["args"])
+    pod_env = env_of(launcher)
+    assert env_of(worker) == pod_env == mpijob_env(data)
+    assert valued == job_env(data)
+    may_differ = profile_forwarded(data)
+    assert may_differ and set(may_differ).isdisjoint(valued)
+    assert {k: v for k, v in pod_env.items() if k not in may_differ} == valued  # set: same values
+    assert forwarded == list(PASSTHROUGH_VARS) + may_differ  # unset: the node's values, by name
+    # The same names reach the ranks.
+    assert set(valued) | set(forwarded) == set(PASSTHROUGH_VARS) | set(pod_env)
+    launcher_argv = launcher["command"] + launcher["args"]
+    launcher_valued, launcher_forwarded = mpirun_exports(launcher_argv)
     assert launcher_valued == {}  # values come from the container env ...
-    assert launcher_forwarded == forwarded + list(valued)  # ... and -x forwards each by name
+    assert launcher_forwarded == list(PASSTHROUGH_VARS) + list(pod_env)  # ... and -x forwards each by name
+    # The interface is allowed to differ: the node's NIC for mpirun, the pod's for the MPIJob.
+    assert value_after(argv, "--mca", "btl_tcp_if_include") == "ens1f0np0"
+    assert value_after(launcher_argv, "--mca", "btl_tcp_if_include") == "eth0"
+
+    def options(a, *, drop_rsh):
+        """The mpirun argv without -H/--hostfile, -x, the interface values (and plm_rsh_args)."""
+        out, i = [], 0
+        while i < len(a):
+            if a[i] in ("-x", "-H", "--hostfile"):
+                i += 2
+                continue
+            if a[i] == "--mca" and a[i + 1] in ("btl_tcp_if_include", "oob_tcp_if_include") + (
+                    ("plm_rsh_args",) if drop_rsh else ()):
+                i += 3
+                continue
+            out.append(a[i])
+            i += 1
+        return out
+
+    v1 = api_version == "v1"
+    assert options(argv, drop_rsh=v1) == options(launcher_argv, drop_rsh=v1)
 
 
 # ---------------------------------------------------------------- MPIJob
@@ -264,7 +373,6 @@ def test_mpirun_and_mpijob_carry_the_same_environment(runtime, profile, api_vers
 
 def test_mpijob_structure():
     data = spec(k8s={"namespace": "training", "hugepages_1gi": 16, "memory": "512Gi",
-                     "tools_dir": "/usr/local/harp",
                      "run_policy": {"backoff_limit": 0, "ttl_seconds_after_finished": 3600}})
     m = render_mpijob(data)
     assert m["apiVersion"] == "kubeflow.org/v2beta1"
@@ -288,11 +396,68 @@ def test_mpijob_structure():
     assert res["requests"]["hugepages-1Gi"] == res["limits"]["hugepages-1Gi"]
     assert res["requests"]["memory"] == res["limits"]["memory"]
     pod = replicas["Worker"]["template"]["spec"]
-    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
-    assert host_paths == {"sys": "/sys", "hugepages": "/dev/hugepages", "tools": "/usr/local/harp"}
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {"sys": "/sys", "hugepages": "/dev/hugepages", "tools": "/opt/gpucluster/tools"}
     mounts = {v["name"]: v["mountPath"] for v in worker["volumeMounts"]}
-    assert mounts == {"sys": "/sys", "hugepages": "/dev/hugepages", "tools": "/usr/local/harp"}
+    assert mounts == {"dshm": "/dev/shm", "sys": "/sys", "hugepages": "/dev/hugepages",
+                      "tools": "/opt/gpucluster/tools"}
     assert "schedulerName" not in pod
+
+
+def _shm(manifest, role):
+    pod = manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
+    volumes = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    mounts = [m for m in container(manifest, role)["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    return volumes, mounts
+
+
+@pytest.mark.parametrize("api_version", ["v2beta1", "v1"])
+def test_mpijob_pods_get_a_dev_shm_like_the_docker_path(api_version):
+    """Docker runs the container with --shm-size=32g (training_image_shm_size); Kubernetes gives a
+    pod 64 MiB of /dev/shm, too little for NCCL, unless an emptyDir medium Memory is mounted."""
+    docker_default = yaml.safe_load((ROOT / "roles/training_image/defaults/main.yml").read_text())
+    assert docker_default["training_image_shm_size"] == "32g" and DEFAULT_SHM_SIZE == "32Gi"
+    m = render_mpijob(spec(k8s={"api_version": api_version}))
+    for role in ("Launcher", "Worker"):
+        volumes, mounts = _shm(m, role)
+        assert volumes == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}]
+        assert mounts == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    m = render_mpijob(spec(k8s={"shm_size": "8Gi", "memory": "64Gi"}))
+    assert _shm(m, "Worker")[0][0]["emptyDir"]["sizeLimit"] == "8Gi"
+    assert validate_mpijob(m).ok
+
+
+@pytest.mark.parametrize(("k8s", "needle"), [
+    ({"shm_size": "lots"}, "k8s.shm_size='lots' must be a positive Kubernetes quantity"),
+    ({"shm_size": 0}, "k8s.shm_size='0' must be a positive"),
+    ({"shm_size": "32Gi", "memory": "16Gi"}, "count against the worker's memory limit"),
+])
+def test_shm_size_is_a_quantity_below_the_memory_limit(k8s, needle):
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(k8s=k8s))
+    assert needle in str(info.value)
+
+
+def test_tools_dir_default_is_where_the_roles_install_the_tools():
+    defaults = yaml.safe_load((ROOT / "roles/training_image/defaults/main.yml").read_text())
+    assert DEFAULT_TOOLS_DIR == defaults["training_image_tools_dir"] == "/opt/gpucluster/tools"
+    plugin = yaml.safe_load((ROOT / "roles/nccl_net_plugin/defaults/main.yml").read_text())
+    assert plugin["nccl_net_plugin_dir"].startswith(DEFAULT_TOOLS_DIR + "/")
+    for path in EXAMPLES:
+        tools = (yaml.safe_load(path.read_text()).get("k8s") or {}).get("tools_dir", DEFAULT_TOOLS_DIR)
+        assert tools == DEFAULT_TOOLS_DIR, path.name
+    assert parse_job_spec(spec()).k8s.tools_dir == DEFAULT_TOOLS_DIR
+
+
+def test_hostfile_is_the_one_container_ssh_writes():
+    ssh = yaml.safe_load((ROOT / "roles/container_ssh/defaults/main.yml").read_text())
+    assert DEFAULT_HOSTFILE == ssh["container_ssh_hostfile"] == "/etc/gpucluster/mpi/hostfile"
+    import gpucluster.launch as launch_module
+
+    assert DEFAULT_HOSTFILE in launch_module.__doc__ and "/etc/mpi/hostfile" not in launch_module.__doc__
+    for path in EXAMPLES:
+        hostfile = yaml.safe_load(path.read_text()).get("hostfile")
+        assert hostfile in (None, DEFAULT_HOSTFILE), path.name
 
 
 def test_mpijob_without_hugepages_or_memory_sets_only_the_gpu_limit():
@@ -323,11 +488,14 @@ def test_volcano_gang_scheduling_min_member_is_workers_plus_launcher():
     assert m["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 4, "queue": "research",
                                                            "priorityClass": "high"}
     for role in ("Launcher", "Worker"):
-        pod = m["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
-        assert pod["schedulerName"] == "volcano"
-        assert pod["priorityClassName"] == "high"
+        template = m["spec"]["mpiReplicaSpecs"][role]["template"]
+        assert template["spec"]["schedulerName"] == "volcano"
+        assert template["spec"]["priorityClassName"] == "high"
+        # mpi-operator --gang-scheduling=volcano annotates the pods with its own PodGroup.
+        assert "annotations" not in template["metadata"]
     docs = render_k8s_documents(data)
     assert [d["kind"] for d in docs] == ["MPIJob"]  # the operator makes the PodGroup
+    assert validate_mpijob(m).ok
 
 
 def test_volcano_podgroup_for_an_operator_without_gang_scheduling():
@@ -440,7 +608,11 @@ def test_load_job_spec_errors(tmp_path):
         load_job_spec(tmp_path / "missing.yml")
     bad = tmp_path / "bad.yml"
     bad.write_text("name: [unclosed\n")
-    with pytest.raises(JobSpecError, match="not valid YAML"):
+    with pytest.raises(JobSpecError, match="not valid YAML") as info:
+        load_job_spec(bad)
+    assert f'in "{bad}", line' in str(info.value) and "<unicode string>" not in str(info.value)
+    bad.write_text("")
+    with pytest.raises(JobSpecError, match="the job spec is empty"):
         load_job_spec(bad)
     bad.write_text("- a list\n")
     with pytest.raises(JobSpecError, match="must be a YAML mapping"):
@@ -460,7 +632,7 @@ def test_cli_launch_mpirun(tmp_path, capsys):
 
 
 def test_cli_launch_mpijob_to_file(tmp_path):
-    out = tmp_path / "out" / "job.yaml"
+    out = tmp_path / "job.yaml"
     data = spec(k8s={"volcano": {"enabled": True}})
     assert main(["launch", str(write_spec(tmp_path, data)), "--mpijob", "--output", str(out)]) == 0
     assert list(yaml.safe_load_all(out.read_text())) == [render_mpijob(data)]
@@ -478,6 +650,52 @@ def test_cli_launch_v1_warns(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "kubeflow.org/v1" in captured.out
     assert "not schema-checked" in " ".join(captured.err.split())
+
+
+def test_cli_launch_output_needs_an_existing_directory(tmp_path, capsys):
+    out = tmp_path / "nonexistent" / "dir" / "x.env"
+    assert main(["launch", str(write_spec(tmp_path, spec())), "--env-file", "-o", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"directory {out.parent} does not exist" in err
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_cli_launch_names_the_file_of_malformed_yaml(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: [unclosed\n")
+    assert main(["launch", str(bad), "--mpirun"]) == 2
+    err = "".join(capsys.readouterr().err.split())  # Rich wraps long lines, paths included
+    assert f'in"{bad}",line1' in err
+    assert "<unicodestring>" not in err
+
+
+def test_cli_launch_says_an_empty_file_is_empty(tmp_path, capsys):
+    empty = tmp_path / "empty.yml"
+    empty.write_text("# nothing yet\n")
+    assert main(["launch", str(empty), "--mpijob"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the job spec is empty" in err and "must be a YAML mapping" not in err
+
+
+def test_cli_launch_prints_brackets_and_suggests_nodes(tmp_path, capsys):
+    data = spec(nodes=None)
+    data["node"] = ["gpu-node-1"]
+    assert main(["launch", str(write_spec(tmp_path, data)), "--mpirun"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "did you mean nodes?" in err
+    assert "give nodes: [host, ...] (needed for mpirun)" in err  # not eaten as Rich markup
+    assert "nodes:  (" not in err
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("mode", ["--mpirun", "--mpijob", "--env-file"])
+def test_cli_launch_every_example(path, mode, capsys):
+    assert main(["launch", str(path), mode]) == 0
+    out = capsys.readouterr().out
+    if mode == "--mpijob":
+        docs = list(yaml.safe_load_all(out))
+        assert docs == render_k8s_documents(load_job_spec(path))
+        assert check_mpijob(docs[-1]).ok
 
 
 def test_cli_launch_bad_spec_exits_2_with_the_reason(tmp_path, capsys):

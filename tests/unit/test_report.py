@@ -143,3 +143,20 @@ def test_cli_report_bad_input_exits_2(tmp_path, capsys):
     assert main(["report", str(bad), "--out-dir", str(tmp_path / "r")]) == 2
     assert "not valid JSON" in " ".join(capsys.readouterr().err.split())  # rich wraps lines
     assert main(["report", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path / "r")]) == 2
+
+
+def test_cli_report_says_which_file_it_expects_for_a_report_or_validate_json(tmp_path, capsys):
+    """Given its own output (report.json) or playbooks/validate.yml's validate-*.json, the report
+    names the file it wants: results.json from playbooks/benchmark.yml."""
+    report_json = tmp_path / "report.json"
+    report_json.write_text(json.dumps(build_report(RESULTS)))
+    validate_json = tmp_path / "validate-20261129T124023Z.json"
+    validate_json.write_text(json.dumps({"all_correct": True, "hosts": ["n1"], "max_busbw_gbps": 1.0, "nodes": 1,
+                                         "op": "allreduce", "ranks": 2, "rows": []}))
+    for path, needle in ((report_json, "this is a report.json"), (validate_json, "this is a validate-*.json")):
+        assert main(["report", str(path), "--out-dir", str(tmp_path / "r")]) == 2
+        err = " ".join(capsys.readouterr().err.split())  # Rich wraps lines
+        assert needle in err
+        assert "results.json that playbooks/benchmark.yml writes" in err
+        assert str(path) in "".join(err.split())  # the file given is named
+    assert not (tmp_path / "r").exists()

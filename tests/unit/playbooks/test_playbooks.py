@@ -3,6 +3,7 @@ and what k8s.yml expects of the pinned mpi-operator manifest is what the manifes
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -75,3 +76,78 @@ def test_reboot_point_does_nothing_without_a_reason(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "skipped=7" in out and "changed=0" in out, out
+
+
+def _patched_operator_manifest(tmp_path, volcano, manifest=MANIFEST):
+    """``__k8s_mpi_operator_patched`` of playbooks/vars/k8s.yml (what tasks/k8s_apply.yml applies)
+    evaluated by ansible-playbook on ``manifest``'s documents."""
+    out = tmp_path / f"patched-{volcano}.json"
+    playbook = tmp_path / "patch.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars_files": [str(ROOT / "playbooks/vars/k8s.yml")],
+        "vars": {"k8s_volcano": volcano, "ansible_python_interpreter": str(ROOT / ".venv/bin/python"),
+                 "__k8s_documents": "{{ lookup('ansible.builtin.file', '" + str(manifest) + "')"
+                                    " | ansible.builtin.from_yaml_all | select | list }}"},
+        "tasks": [{"ansible.builtin.copy": {"content": "{{ __k8s_mpi_operator_patched | to_json }}",
+                                            "dest": str(out), "mode": "0644"}}],
+    }]))
+    r = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "localhost,", str(playbook)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env={"PATH": f"{ROOT / '.venv/bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(out.read_text())
+
+
+def _operator_args(docs):
+    deploy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mpi-operator")
+    return next(c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "mpi-operator")["args"]
+
+
+def test_k8s_volcano_starts_mpi_operator_with_gang_scheduling(tmp_path):
+    """mpi-operator creates the Volcano PodGroup of an MPIJob (minMember from
+    runPolicy.schedulingPolicy.minAvailable) only when started with --gang-scheduling=volcano;
+    the pinned manifest starts it without, so k8s_volcano=true must add the flag."""
+    original = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    assert not any(a.startswith("--gang-scheduling") for a in _operator_args(original))
+    # The pinned operator's RBAC lets it manage Volcano PodGroups.
+    role = next(d for d in original if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "mpi-operator")
+    assert any("scheduling.volcano.sh" in rule.get("apiGroups", []) and "podgroups" in rule.get("resources", [])
+               for rule in role["rules"])
+
+    patched = _patched_operator_manifest(tmp_path, True)
+    assert _operator_args(patched) == _operator_args(original) + ["--gang-scheduling=volcano"]
+    # Only the args change: every other document and field is the manifest's.
+    for before, after in zip(original, patched, strict=True):
+        if before["kind"] == "Deployment":
+            after = json.loads(json.dumps(after))
+            after["spec"]["template"]["spec"]["containers"][0]["args"] = _operator_args(original)
+        assert after == json.loads(json.dumps(before, default=str))
+    # Idempotent: patching the patched manifest (or one with another --gang-scheduling) changes nothing.
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump_all(patched))
+    assert _patched_operator_manifest(tmp_path, True, again) == patched
+    other = json.loads(json.dumps(patched))
+    _operator_args(other)[-1] = "--gang-scheduling=scheduler-plugins"
+    again.write_text(yaml.safe_dump_all(other))
+    assert _patched_operator_manifest(tmp_path, True, again) == patched
+    # Without Volcano the manifest is applied as it is.
+    assert _patched_operator_manifest(tmp_path, False) == json.loads(json.dumps(original, default=str))
+
+
+def test_k8s_apply_applies_the_patched_documents_once():
+    """One writer: the same kubernetes.core.k8s server-side apply applies the patched documents;
+    the Deployment is not patched again afterwards."""
+    tasks = yaml.safe_load((ROOT / "playbooks/tasks/k8s_apply.yml").read_text())
+    applies = [t for t in tasks if "kubernetes.core.k8s" in t]
+    assert len(applies) == 1 and applies[0]["kubernetes.core.k8s"]["definition"] == "{{ __k8s_documents }}"
+    assert "src" not in applies[0]["kubernetes.core.k8s"]
+    patch = next(t for t in tasks if "block" in t)
+    assert "__k8s_mpi_operator_extra_args" in patch["when"]
+    assert patch["block"][0]["ansible.builtin.set_fact"] == {"__k8s_documents": "{{ __k8s_mpi_operator_patched }}"}
+    assert tasks.index(patch) < tasks.index(applies[0])
+    playbook = (ROOT / "playbooks/k8s.yml").read_text()
+    assert "state: patched\n        api_version: v1\n        kind: Node" in playbook
+    assert playbook.count("state: patched") == 1  # nodes only, never the operator's Deployment
+    k8s_vars = yaml.safe_load((ROOT / "playbooks/vars/k8s.yml").read_text())
+    assert "__k8s_volcano" in k8s_vars["__k8s_mpi_operator_extra_args"]  # the var that installs Volcano
