@@ -14,6 +14,7 @@ from pathlib import Path
 
 import docker.errors
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpucluster.cli_launch import add_launch, add_report
@@ -90,9 +91,9 @@ def run_hosts(args: argparse.Namespace) -> int:
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
     path, todo = init(hosts, args.user, args.key, args.inventory_dir, image=args.image)
-    console.print(f"inventory written: {path}")
+    console.print(f"inventory written: {escape(str(path))}")
     for line in todo:
-        console.print(f"next: {line}")
+        console.print(f"next: {escape(line)}")
     return 0
 
 
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        # The message is text, not Rich markup: "[host, ...]" in it must print as written.
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
 
 

@@ -78,3 +78,18 @@ def test_without_an_image_the_example_reference_is_named_as_a_todo(tmp_path):
     assert any("set training_image_ref" in t and hosts.SAMPLE_IMAGE_REF in t for t in todo)
     text = (tmp_path / "group_vars/all/training_image.yml").read_text()
     assert f"training_image_ref: {hosts.SAMPLE_IMAGE_REF}" in text
+
+
+def test_cli_prints_error_messages_as_written(monkeypatch, capsys):
+    # Messages carry "[...]" (host lists, YAML paths); Rich must not read them as markup.
+    from gpucluster import cli
+
+    def boom(hosts_, user, key, inventory_dir, image=None):
+        raise RuntimeError("hosts report the same hostname ['gpu-1'] [bold]: give every node a unique hostname")
+
+    monkeypatch.setattr(hosts, "init", boom)
+    rc = cli.main(["hosts", "init", "--hosts", "a,b", "--user", "root"])
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())  # Rich wraps long lines
+    assert rc == 2
+    assert "['gpu-1'] [bold]: give every node a unique hostname" in out
