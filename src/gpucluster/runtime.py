@@ -181,7 +181,7 @@ def _check(var: Variable, value: Any, gpus_per_node: int) -> tuple[int | float |
             return None, f"{name}={value!r} is not a number: give a fraction in (0, 1], e.g. {var.default}"
         if not 0 < x <= 1:
             return None, (
-                f"{name}={value!r} is out of range: it is the fraction of gradient elements top-k "
+                f"{name}={x:g} is out of range: it is the fraction of gradient elements top-k "
                 f"keeps and must be in (0, 1], e.g. {var.default} (default)"
             )
         return x, None

@@ -82,6 +82,8 @@ def test_values_as_ansible_hands_them_strings_and_floats():
     ("change", "gpus", "expect"),
     [
         ({"LIGHT_TOPK_RATIO": 0}, 8, "LIGHT_TOPK_RATIO=0 is out of range"),
+        # -e runtime_profile_light_topk_ratio=2 arrives as a string: the message shows the number
+        ({"LIGHT_TOPK_RATIO": "2"}, 8, "LIGHT_TOPK_RATIO=2 is out of range"),
         ({"LIGHT_TOPK_RATIO": 1.5}, 8, "must be in (0, 1]"),
         ({"LIGHT_INTRA_SIZE": 3}, 8, "LIGHT_INTRA_SIZE=3 does not divide the 8 GPUs per node: choose one of [1, 2, 4,"),
         ({"LIGHT_TOPK_THRESHOLD": -1}, 8, "LIGHT_TOPK_THRESHOLD=-1 is negative"),
