@@ -20,20 +20,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-try:
-    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
-except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    import gpucluster_filter_utils  # noqa: F401
-
-from gpucluster import bench, launch
+from ansible_collections.gpucluster.cluster.plugins.module_utils import bench, launch
 
 CPU_UNIT = "samples/sec"
 _PROFILE_PREFIXES = ("LIGHT_", "HOROVOD_")

@@ -1,17 +1,8 @@
-"""Filters over the inventory checks in ``module_utils/gpucluster/inventory.py``."""
+"""Filters over the inventory checks in ``module_utils/inventory.py``."""
 
 from __future__ import annotations
 
-import os
-import sys
-
-try:
-    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
-except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    import gpucluster_filter_utils  # noqa: F401
-
-from ansible.module_utils.gpucluster import inventory
+from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory
 
 
 def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):

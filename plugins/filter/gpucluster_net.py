@@ -1,4 +1,4 @@
-"""Jinja filters over the pure network/hugepage/diagnosis logic in ``module_utils/gpucluster``.
+"""Jinja filters over the pure network/hugepage/diagnosis logic in ``plugins/module_utils``.
 
 Each filter is a thin wrapper: the logic, input shapes, units and sources are documented in
 ``hugepages.py``, ``nccl_env.py`` and ``diagnose.py``. Errors (HugepagesError, NcclEnvError,
@@ -17,16 +17,8 @@ Examples::
 
 from __future__ import annotations
 
-import os
-import sys
-
-try:
-    from gpucluster_filter_utils import value_errors  # also puts plugins/module_utils on the import path
-except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    from gpucluster_filter_utils import value_errors
-
-from ansible.module_utils.gpucluster import diagnose, hugepages, nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils import diagnose, hugepages, nccl_env
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 # ---- hugepages ------------------------------------------------------------------------------
 

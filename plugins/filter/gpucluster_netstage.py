@@ -1,6 +1,6 @@
 """Jinja filters of the network stage roles (hugepages, cloud_eni, multi_nic, nccl_env).
 
-Thin wrappers over ``module_utils/gpucluster/netstage.py`` (and two existing parsers of
+Thin wrappers over ``module_utils/netstage.py`` (and two existing parsers of
 ``hugepages.py`` / ``nccl_env.py`` that ``gpucluster_net`` does not expose). Shapes, units and
 sources are in those modules' docstrings. Errors (NetStageError, HugepagesError, NcclEnvError,
 ParseError: all ValueError) become AnsibleFilterError with the same message.
@@ -15,16 +15,8 @@ Examples::
 
 from __future__ import annotations
 
-import os
-import sys
-
-try:
-    from gpucluster_filter_utils import value_errors  # also puts plugins/module_utils on the import path
-except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    from gpucluster_filter_utils import value_errors
-
-from ansible.module_utils.gpucluster import hugepages, nccl_env, netstage
+from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, nccl_env, netstage
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 
 def multi_nic_resolve(specs, facts, mtu=0):

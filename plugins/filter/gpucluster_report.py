@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import sys
 
-try:
-    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
-except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    import gpucluster_filter_utils  # noqa: F401
-
-from ansible.module_utils.gpucluster import diagnose
-
-from gpucluster import allreduce
+from ansible_collections.gpucluster.cluster.plugins.module_utils import allreduce, diagnose
 
 
 def allreduce_report(stdout):
@@ -33,7 +23,7 @@ def allreduce_table(stdout):
 
 def explain(output, limit=1500):
     """The tail of a failed command's output, led by a diagnosis when the failure is a known one
-    (``module_utils/gpucluster/diagnose.py``: wrong sshd reached, host key unknown, memlock, ...)."""
+    (``module_utils/diagnose.py``: wrong sshd reached, host key unknown, memlock, ...)."""
     text = str(output or "")
     found = diagnose.classify(text)
     tail = text[-limit:].strip() or "(no output)"

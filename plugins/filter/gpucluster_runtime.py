@@ -1,7 +1,7 @@
 """Filters for the runtime profile role and ``playbooks/runtime.yml`` (``gpucluster.runtime``).
 
 The profile logic (variables, vendor defaults, validation, env-file format) lives in
-``src/gpucluster/runtime.py``; these filters adapt it to the role's variables and add the
+``plugins/module_utils/runtime.py``; these filters adapt it to the role's variables and add the
 pure decisions the runtime switch takes on each node:
 
 - which runtime a node runs, read from its training container (installed distributions);
@@ -25,19 +25,11 @@ import math
 import os
 import re
 import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-try:
-    import gpucluster_filter_utils  # noqa: F401  (puts plugins/module_utils and src on the import path)
-except ImportError:  # Ansible loads filter plugin files by path: their folder is not on sys.path
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    import gpucluster_filter_utils  # noqa: F401
-
-from gpucluster import runtime
+from ansible_collections.gpucluster.cluster.plugins.module_utils import runtime
 
 #: The distribution each runtime is (pip names). light-horovod is the vendor's Horovod build and
 #: imports as ``horovod`` too, so the two cannot be installed side by side.

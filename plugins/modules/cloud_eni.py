@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module ``cloud_eni``: a thin shell around ``module_utils/gpucluster/cloud_eni.py``."""
+"""Ansible module ``cloud_eni``: a thin shell around ``module_utils/cloud_eni.py``."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ changed:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.gpucluster.cloud_eni import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.cloud_eni import (
     CloudEniError,
     MissingSdkError,
     ensure_enis,

@@ -2,7 +2,7 @@
 # Copyright: gpucluster contributors
 # Apache-2.0
 """Ansible module: merge settings into /etc/docker/daemon.json (thin shell over
-module_utils/gpucluster/daemon_json.py, where the rules and their sources are documented)."""
+module_utils/daemon_json.py, where the rules and their sources are documented)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpucluster.daemon_json import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import (
     DaemonJsonError,
     conflicts,
     decode,

@@ -33,7 +33,7 @@ options:
     type: bool
     default: true
 notes:
-  - Parsers live in C(module_utils/gpucluster/gpu.py); their docstrings give every rule and
+  - Parsers live in C(module_utils/gpu.py); their docstrings give every rule and
     its source.
 author:
   - gpucluster contributors
@@ -133,8 +133,8 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpucluster.facts import parse_or_fail, run_tool
-from ansible.module_utils.gpucluster.gpu import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.facts import parse_or_fail, run_tool
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import (
     GPU_QUERY_FIELDS,
     driver_state,
     gpu_nic_map,

@@ -26,7 +26,7 @@ options:
     elements: str
     default: []
 notes:
-  - Parsers live in C(module_utils/gpucluster/rdma.py); their docstrings give every rule and
+  - Parsers live in C(module_utils/rdma.py); their docstrings give every rule and
     its source.
 author:
   - gpucluster contributors
@@ -98,8 +98,8 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpucluster.facts import parse_or_fail, run_tool
-from ansible.module_utils.gpucluster.rdma import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.facts import parse_or_fail, run_tool
+from ansible_collections.gpucluster.cluster.plugins.module_utils.rdma import (
     parse_ibdev2netdev,
     parse_ibv_devinfo,
     parse_sysfs_infiniband,

@@ -48,23 +48,25 @@ def _error(exc: Exception) -> int:
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    from gpucluster import launch
+    from ansible_collections.gpucluster.cluster.plugins.module_utils import launch
+
+    from gpucluster import mpijob
 
     try:
-        return _run_launch(args, launch)
+        return _run_launch(args, launch, mpijob)
     except ValueError as exc:
         return _error(exc)
 
 
-def _run_launch(args: argparse.Namespace, launch) -> int:
-    from gpucluster.runtime import render_env_file
+def _run_launch(args: argparse.Namespace, launch, mpijob) -> int:
+    from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import render_env_file
 
     if args.output is not None and not args.output.parent.is_dir():
         raise ValueError(
             f"--output {args.output}: directory {args.output.parent} does not exist; create it first "
             "(gpucluster launch makes no directories) or write elsewhere"
         )
-    job = launch.load_job_spec(args.spec)
+    job = mpijob.load_job_spec(args.spec)
     if args.mode == "mpirun":
         text = launch.render_mpirun_command(job) + "\n"
     elif args.mode == "env":
@@ -76,10 +78,10 @@ def _run_launch(args: argparse.Namespace, launch) -> int:
         text = render_env_file(launch.job_env(job), header=header)
     else:
         documents = launch.render_k8s_documents(job)
-        check = launch.validate_mpijob(documents[-1])
+        check = mpijob.validate_mpijob(documents[-1])
         if not check.checked:
             console.print(f"[yellow]warning:[/yellow] {check.note}")
-        text = launch.to_yaml(documents)
+        text = mpijob.to_yaml(documents)
     if args.output:
         try:
             args.output.write_text(text, encoding="utf-8")

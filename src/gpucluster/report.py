@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucluster.bench import scaling_efficiency, speedup
+from ansible_collections.gpucluster.cluster.plugins.module_utils.bench import scaling_efficiency, speedup
 
 SOURCE = "scaling efficiency = T(N) / (N x T(1)) (Sergeev & Del Balso 2018, arXiv:1802.05799)"
 

@@ -51,7 +51,8 @@ def test_container_sshd_defaults_to_its_own_port():
 
 
 def test_site_imports_stages_in_order():
-    site = _load(ROOT / "site.yml")
+    assert [s["ansible.builtin.import_playbook"] for s in _load(ROOT / "site.yml")] == ["playbooks/site.yml"]
+    site = _load(ROOT / "playbooks/site.yml")
     assert [s["ansible.builtin.import_playbook"] for s in site] == [
-        "playbooks/preflight.yml", "playbooks/host_stack.yml", "playbooks/network.yml", "playbooks/docker.yml",
-        "playbooks/nvidia_container_toolkit.yml", "playbooks/training.yml"]
+        "preflight.yml", "host_stack.yml", "network.yml", "docker.yml",
+        "nvidia_container_toolkit.yml", "training.yml"]

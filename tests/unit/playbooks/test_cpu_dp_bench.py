@@ -11,9 +11,9 @@ import sys
 import types
 from pathlib import Path
 
-import gpucluster_benchmark as gb
 import numpy as np
 import pytest
+from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_benchmark as gb
 
 SCRIPT = Path(__file__).resolve().parents[3] / "playbooks" / "files" / "cpu_dp_bench.py"
 

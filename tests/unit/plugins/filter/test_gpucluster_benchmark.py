@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
-import gpucluster_benchmark as gb
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_benchmark as gb
+from ansible_collections.gpucluster.cluster.plugins.module_utils import launch
 
-from gpucluster import launch, report
+from gpucluster import report
 from tests.conftest import fixture_text
 
 LIGHT_ENV = {"LIGHT_2D_ALLREDUCE": "0", "LIGHT_INTRA_SIZE": "8", "LIGHT_HIERARCHICAL_THRESHOLD": "1073741824",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-import gpucluster_k8s as k8s
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.gpucluster.gpu import parse_topo_matrix
+from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_k8s as k8s
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import parse_topo_matrix
 
 from tests.conftest import fixture_text
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import gpucluster_net
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_net
 
 from tests.conftest import fixture_text
 
@@ -117,16 +115,3 @@ def test_diagnosis_filters():
     )
     with pytest.raises(AnsibleFilterError, match="ulimit -a"):
         FILTERS["parse_ulimit_a"]("nothing")
-
-
-def test_import_fallback_adds_module_utils_to_ansible_path():
-    # A fresh interpreter without the test setup: the first import fails, the fallback must work.
-    code = (
-        "import importlib.util, ansible.module_utils as mu\n"
-        f"spec = importlib.util.spec_from_file_location('gpucluster_net', {str(PLUGIN)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "print(m.FilterModule().filters()['hugepages_vendor_count'](8))\n"
-        "print(any(p.endswith('plugins/module_utils') for p in mu.__path__))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True)
-    assert out.stdout.split() == ["50", "True"]

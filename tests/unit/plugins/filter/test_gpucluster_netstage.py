@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gpucluster_netstage
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_netstage
 
 from tests.conftest import fixture_text
 

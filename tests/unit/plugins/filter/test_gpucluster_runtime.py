@@ -7,12 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gpucluster_runtime as rt
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-
-from gpucluster import runtime
+from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_runtime as rt
+from ansible_collections.gpucluster.cluster.plugins.module_utils import runtime
 
 ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "runtime_profile"

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 import requests
-from ansible.module_utils.gpucluster import cloud_eni as ce
+from ansible_collections.gpucluster.cluster.plugins.module_utils import cloud_eni as ce
 from botocore.stub import ANY, Stubber
 from tencentcloud.common.http import request as tc_request
 

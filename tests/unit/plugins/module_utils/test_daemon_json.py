@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from ansible.module_utils.gpucluster.daemon_json import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import (
     DaemonJsonError,
     conflicts,
     decode,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.gpucluster.diagnose import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import (
     Diagnosis,
     check_memlock,
     classify,
@@ -12,7 +12,7 @@ from ansible.module_utils.gpucluster.diagnose import (
     nccl_transport_summary,
     parse_ulimit_a,
 )
-from ansible.module_utils.gpucluster.nccl_env import parse_ifconfig
+from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_env import parse_ifconfig
 
 from tests.conftest import fixture_text
 

@@ -1,4 +1,4 @@
-"""Tests for module_utils/gpucluster/gpu.py on the captured outputs in tests/fixtures.
+"""Tests for module_utils/gpu.py on the captured outputs in tests/fixtures.
 
 Every case of tests/fixtures/nvidia-smi and tests/fixtures/nvidia-smi-topo is read here and
 checked against the "Expected reading" of its .md file.
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.gpucluster import gpu
-from ansible.module_utils.gpucluster.gpu import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils import gpu
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import (
     GPU_QUERY_FIELDS,
     ParseError,
     TopologyError,
@@ -108,7 +108,7 @@ def test_every_case_is_covered():
 
 @pytest.mark.parametrize("name", ["gpu.py", "rdma.py", "peermem.py", "parsing.py", "facts.py"])
 def test_module_utils_parse_as_python_38(name):
-    source = (ROOT / "plugins/module_utils/gpucluster" / name).read_text()
+    source = (ROOT / "plugins/module_utils" / name).read_text()
     ast.parse(source, feature_version=(3, 8))
     assert "from __future__ import annotations" in source
 
@@ -132,11 +132,9 @@ PY38 = _python38()
 def test_parsers_run_on_python_38():
     """The managed node may only have Python 3.8: run the parsers there on the fixtures."""
     script = f"""
-import sys, types
-pkg = types.ModuleType("ansible"); pkg.__path__ = []
-mu = types.ModuleType("ansible.module_utils"); mu.__path__ = [{str(ROOT / "plugins/module_utils")!r}]
-sys.modules["ansible"] = pkg; sys.modules["ansible.module_utils"] = mu
-from ansible.module_utils.gpucluster import gpu, rdma, peermem
+import sys
+sys.path.insert(0, {str(ROOT / "collections")!r})  # the checkout as the collection, no ansible needed
+from ansible_collections.gpucluster.cluster.plugins.module_utils import gpu, rdma, peermem
 F = {str(FIXTURES)!r} + "/"
 topo = gpu.parse_topo_matrix(open(F + {C02!r}).read())
 assert gpu.gpu_nic_map(topo)[1]["nic"] == "mlx5_1"

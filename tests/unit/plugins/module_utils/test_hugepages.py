@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible.module_utils.gpucluster.hugepages import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.hugepages import (
     GiB,
     HugepagesError,
     HugepagesPlan,

@@ -1,5 +1,5 @@
 import pytest
-from ansible.module_utils.gpucluster import inventory
+from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible.module_utils.gpucluster.nccl_env import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_env import (
     NcclEnvError,
     arp_sysctls,
     check_socket_ifname,

@@ -1,13 +1,13 @@
-"""Glue of the network stage roles (module_utils/gpucluster/netstage.py), on the fixtures."""
+"""Glue of the network stage roles (module_utils/netstage.py), on the fixtures."""
 
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.gpucluster import hugepages, netstage
-from ansible.module_utils.gpucluster.gpu import parse_topo_matrix
-from ansible.module_utils.gpucluster.nccl_env import policy_routes, render_nccl_env
-from ansible.module_utils.gpucluster.netstage import NetStageError
-from ansible.module_utils.gpucluster.rdma import parse_ibdev2netdev
+from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, netstage
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import parse_topo_matrix
+from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_env import policy_routes, render_nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils.netstage import NetStageError
+from ansible_collections.gpucluster.cluster.plugins.module_utils.rdma import parse_ibdev2netdev
 
 from tests.conftest import fixture_text
 

@@ -1,9 +1,9 @@
-"""Tests for module_utils/gpucluster/peermem.py on tests/fixtures/peer-memory (C24, C26)."""
+"""Tests for module_utils/peermem.py on tests/fixtures/peer-memory (C24, C26)."""
 
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.gpucluster.peermem import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.peermem import (
     NV_PEER_MEM_VERSION,
     ParseError,
     classify_peermem_error,

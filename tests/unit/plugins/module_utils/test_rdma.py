@@ -1,4 +1,4 @@
-"""Tests for module_utils/gpucluster/rdma.py on the captured outputs in tests/fixtures.
+"""Tests for module_utils/rdma.py on the captured outputs in tests/fixtures.
 
 Every case of tests/fixtures/rdma is read here, plus the GID table of nccl-network/C32 (the
 RoCE GID index rule), each checked against the "Expected reading" of its .md file.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible.module_utils.gpucluster.rdma import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.rdma import (
     ParseError,
     classify_hcas,
     gid_entry,

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from unittest import mock
 
-import cloud_eni
 import pytest
 import requests
 import yaml
 from ansible.module_utils import _internal
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpucluster.cluster.plugins.modules import cloud_eni
 from tencentcloud.common.http import request as tc_request
 
 from tests.unit.plugins.conftest import AWS_KEY_ID, AWS_SECRET, REGION, recorded_response

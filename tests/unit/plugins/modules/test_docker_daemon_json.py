@@ -13,11 +13,11 @@ import os
 import shutil
 import stat
 
-import docker_daemon_json
 import pytest
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpucluster.daemon_json import load, render
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import load, render
+from ansible_collections.gpucluster.cluster.plugins.modules import docker_daemon_json
 
 from tests.conftest import fixture_text
 

@@ -7,11 +7,11 @@ import os
 import re
 from pathlib import Path
 
-import gpu_facts
 import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpucluster.cluster.plugins.modules import gpu_facts
 
 from tests.conftest import fixture_text
 

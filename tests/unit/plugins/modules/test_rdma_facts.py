@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
-import rdma_facts
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpucluster.cluster.plugins.modules import rdma_facts
 
 from tests.conftest import fixture_text
 

@@ -34,7 +34,12 @@ import csv
 import itertools
 import re
 
-from ansible.module_utils.gpucluster.parsing import ParseError, natural_key, shorten, split_lines
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import (
+    ParseError,
+    natural_key,
+    shorten,
+    split_lines,
+)
 
 NVIDIA_VENDOR_ID = "10de"
 # PCI class 03 (display controller): 00 = VGA compatible, 02 = 3D controller. NVIDIA's other

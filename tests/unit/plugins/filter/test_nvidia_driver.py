@@ -1,12 +1,9 @@
-"""roles/nvidia_driver/filter_plugins/nvidia_driver.py: apt sources, versions, branch checks."""
+"""plugins/filter/nvidia_driver.py: apt sources, versions, branch checks."""
 
 from __future__ import annotations
 
 import pytest
-
-from tests.unit.roles.conftest import load_role_plugin
-
-nd = load_role_plugin("nvidia_driver", "nvidia_driver")
+from ansible_collections.gpucluster.cluster.plugins.filter import nvidia_driver as nd
 
 DEBIAN = ["contrib", "non-free", "non-free-firmware"]
 

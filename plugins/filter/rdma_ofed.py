@@ -18,16 +18,9 @@ What an MLNX_OFED_LINUX deb tarball holds and how its installer decides (Mellano
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 
-try:
-    from gpucluster_filter_utils import value_errors
-except ImportError:  # Ansible loads filter plugin files by path: the shared helper is in plugins/filter
-    sys.path.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "..", "..", "..", "plugins", "filter")))
-    from gpucluster_filter_utils import value_errors
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 _KVER_RE = re.compile(r"^mlnx-ofed-kernel-modules[^_]*_(?P<version>[^_]+)_[^_]+\.deb$")
 _KERNEL_IN_VERSION_RE = re.compile(r"(?:\.kver\.|-)(?P<kernel>\d+\.\d+\.\d+[^_]*)$")

@@ -61,31 +61,28 @@ PATH``, ``-mca pml ob1 -mca btl ^openib``); Open MPI ``btl_tcp_if_include`` /
 from it, sets ``schedulerName: volcano`` and the ``scheduling.k8s.io/group-name`` annotation on
 the pods; ``scheduleTimeoutSeconds`` is not passed to a Volcano PodGroup); Volcano PodGroup
 ``scheduling.volcano.sh/v1beta1``; NCCL_SOCKET_IFNAME checks of
-``plugins/module_utils/gpucluster/nccl_env.py`` (fixture nccl-network/C29).
+``plugins/module_utils/nccl_env.py`` (fixture nccl-network/C29).
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import importlib.resources
-import io
 import ipaddress
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import jsonschema
-import yaml
-
-from gpucluster.runtime import ProfileError, RuntimeProfile, build_profile, format_value
+from ansible_collections.gpucluster.cluster.plugins.module_utils import nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import (
+    ProfileError,
+    RuntimeProfile,
+    build_profile,
+    format_value,
+)
 
 API_VERSIONS = {"v2beta1": "kubeflow.org/v2beta1", "v1": "kubeflow.org/v1"}
-CRD_RESOURCE = ("data", "mpi-operator-v0.8.2", "kubeflow.org_mpijobs.yaml")
-CRD_VERSION = "v2beta1"
 DEFAULT_SSH_PORT = 2222
 #: Host path of the network stack's tools: ``training_image_tools_dir`` of
 #: ``roles/training_image/defaults/main.yml`` (the NCCL net plugin goes to its ``nccl-net``,
@@ -131,15 +128,6 @@ class JobSpecError(ValueError):
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("invalid job spec:\n  - " + "\n  - ".join(self.problems))
-
-
-class MPIJobSchemaError(ValueError):
-    """A rendered MPIJob does not satisfy the pinned mpi-operator CRD schema."""
-
-    def __init__(self, errors: Sequence[str]):
-        self.errors = list(errors)
-        head = "MPIJob fails the mpi-operator v0.8.2 CRD schema:\n  - "
-        super().__init__(head + "\n  - ".join(self.errors))
 
 
 @dataclass(frozen=True)
@@ -288,21 +276,6 @@ def interface_problem(value: str, where: str = "network_interface") -> str | Non
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def _nccl_env_utils() -> Any:
-    """``plugins/module_utils/gpucluster/nccl_env.py``, the NCCL_SOCKET_IFNAME semantics the
-    nccl_env role renders and lints with, imported the way the filter plugins import it
-    (``plugins/filter/gpucluster_filter_utils.py``: the folder joins ``ansible.module_utils``)."""
-    import ansible.module_utils
-
-    module_utils = str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils")
-    if module_utils not in list(ansible.module_utils.__path__):
-        ansible.module_utils.__path__.append(module_utils)
-    from ansible.module_utils.gpucluster import nccl_env
-
-    return nccl_env
-
-
 #: Interfaces an NCCL_SOCKET_IFNAME value must not be able to select (sample names of the
 #: never-use families: loopback, Docker bridges, veth pairs, libvirt bridges).
 _NCCL_NEVER_SAMPLES = ("lo", "docker0", "docker_gwbridge", "veth0", "virbr0")
@@ -318,17 +291,16 @@ def _nccl_ifname_problem(value: str) -> str | None:
     are those of ``nccl_env.py`` (:func:`parse_ifname_spec`, :func:`ifname_matches`,
     :func:`check_socket_ifname`).
     """
-    nccl = _nccl_env_utils()
     where = f"nccl_env.NCCL_SOCKET_IFNAME={value!r}"
     fix = ("give the data NIC(s) by exact name, e.g. NCCL_SOCKET_IFNAME: '=eth0' (or '=eth0,eth1'), "
            "or name prefixes such as eth0; take the names from the network facts")
-    parsed = nccl.parse_ifname_spec(value)
-    findings = nccl.check_socket_ifname(value)
+    parsed = nccl_env.parse_ifname_spec(value)
+    findings = nccl_env.check_socket_ifname(value)
     if parsed["exclude"]:
         detail = f" ({'; '.join(findings)})" if findings else ""
         return (f"{where} is an exclusion list: NCCL then picks any other interface, lo included "
                 f"(fixture nccl-network/C29: ^docker0 lets NCCL pick lo){detail}; {fix}")
-    selected = [name for name in _NCCL_NEVER_SAMPLES if nccl.ifname_matches(value, name)]
+    selected = [name for name in _NCCL_NEVER_SAMPLES if nccl_env.ifname_matches(value, name)]
     for name, _port in parsed["items"]:
         if interface_problem(name) is not None:
             selected.append(name)
@@ -626,26 +598,6 @@ def _parse_k8s(data: Any, problems: list[str]) -> K8sSpec:
         volcano=volcano,
         run_policy=run_policy,
     )
-
-
-def load_job_spec(path: str | Path) -> JobSpec:
-    """Read a job spec YAML file and validate it (:func:`parse_job_spec`)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise JobSpecError([f"{path}: cannot read the job spec ({exc.strerror or exc})"]) from exc
-    stream = io.StringIO(text)
-    stream.name = str(path)  # PyYAML names the file in its marks (else "<unicode string>")
-    try:
-        data = yaml.safe_load(stream)
-    except yaml.YAMLError as exc:
-        raise JobSpecError([f"{path}: not valid YAML ({exc})"]) from exc
-    if data is None:
-        raise JobSpecError([
-            f"{path}: the job spec is empty (no YAML mapping in it); start from "
-            "examples/jobs/resnet50-lightcc.yml"
-        ])
-    return parse_job_spec(data)
 
 
 def _spec(spec: JobSpec | Mapping[str, Any]) -> JobSpec:
@@ -950,105 +902,3 @@ def render_k8s_documents(spec: JobSpec | Mapping[str, Any]) -> list[dict[str, An
     if job.k8s.volcano.podgroup:
         docs.insert(0, render_podgroup(job))
     return docs
-
-
-def to_yaml(documents: Sequence[Mapping[str, Any]]) -> str:
-    """Multi-document YAML (``---`` separated), keys in rendering order."""
-    return "".join("---\n" + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False)
-                   for doc in documents)
-
-
-# --------------------------------------------------------------------------------------------
-# Schema validation against the pinned CRD
-# --------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def mpijob_schema() -> dict[str, Any]:
-    """``spec.versions[name=v2beta1].schema.openAPIV3Schema`` of the pinned mpi-operator
-    v0.8.2 CRD (``gpucluster/data/mpi-operator-v0.8.2/kubeflow.org_mpijobs.yaml``)."""
-    resource = importlib.resources.files("gpucluster").joinpath(*CRD_RESOURCE)
-    crd = yaml.safe_load(resource.read_text(encoding="utf-8"))
-    for version in crd["spec"]["versions"]:
-        if version["name"] == CRD_VERSION:
-            return version["schema"]["openAPIV3Schema"]
-    raise LookupError(f"{'/'.join(CRD_RESOURCE)} has no {CRD_VERSION} version")
-
-
-def _pruned_fields(instance: Any, schema: Mapping[str, Any], path: str) -> list[str]:
-    """Fields the API server would silently drop (structural-schema pruning): keys of an
-    object whose schema lists ``properties`` without ``additionalProperties`` or
-    ``x-kubernetes-preserve-unknown-fields``."""
-    found: list[str] = []
-    if isinstance(instance, Mapping):
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        if props is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            for key, value in instance.items():
-                if key in props:
-                    found += _pruned_fields(value, props[key], f"{path}.{key}")
-                elif isinstance(extra, Mapping):
-                    found += _pruned_fields(value, extra, f"{path}.{key}")
-                elif extra is None:
-                    found.append(f"{path}.{key}: unknown field; the API server would drop it silently")
-        elif isinstance(extra, Mapping):
-            for key, value in instance.items():
-                found += _pruned_fields(value, extra, f"{path}.{key}")
-    elif isinstance(instance, list) and isinstance(schema.get("items"), Mapping):
-        for i, item in enumerate(instance):
-            found += _pruned_fields(item, schema["items"], f"{path}[{i}]")
-    return found
-
-
-@dataclass(frozen=True)
-class SchemaCheck:
-    """Outcome of :func:`check_mpijob`: ``checked`` is False when no schema applies."""
-
-    api_version: str
-    checked: bool
-    errors: tuple[str, ...] = ()
-    note: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def check_mpijob(manifest: Mapping[str, Any]) -> SchemaCheck:
-    """Check an MPIJob against the pinned CRD schema; collect every error, raise nothing.
-
-    The pinned CRD (mpi-operator v0.8.2) carries only ``kubeflow.org/v2beta1``; a ``v1``
-    manifest (served by the older mpi-operator / Kubeflow training-operator) is therefore not
-    schema-checked, and the result says so in ``note`` with ``checked=False``.
-    """
-    api_version = str(manifest.get("apiVersion", ""))
-    if manifest.get("kind") != "MPIJob":
-        return SchemaCheck(api_version, True, (f"kind: {manifest.get('kind')!r} is not 'MPIJob'",))
-    if api_version == API_VERSIONS["v1"]:
-        return SchemaCheck(
-            api_version,
-            False,
-            note=(
-                "not schema-checked: the pinned mpi-operator v0.8.2 CRD defines only kubeflow.org/v2beta1, "
-                "so a kubeflow.org/v1 MPIJob needs the Kubeflow training-operator (or mpi-operator < 0.4) "
-                "and is not validated here"
-            ),
-        )
-    if api_version != API_VERSIONS["v2beta1"]:
-        return SchemaCheck(api_version, True, (f"apiVersion: {api_version!r} is not kubeflow.org/v2beta1",))
-    schema = mpijob_schema()
-    validator = jsonschema.Draft7Validator(schema)
-    errors = []
-    for err in sorted(validator.iter_errors(manifest), key=lambda e: [str(p) for p in e.absolute_path]):
-        where = ".".join(str(p) for p in err.absolute_path) or "(root)"
-        errors.append(f"{where}: {err.message}")
-    errors += [e.lstrip(".") for e in _pruned_fields(manifest, schema, "")]
-    return SchemaCheck(api_version, True, tuple(errors))
-
-
-def validate_mpijob(manifest: Mapping[str, Any]) -> SchemaCheck:
-    """:func:`check_mpijob`, raising :class:`MPIJobSchemaError` listing every error."""
-    result = check_mpijob(manifest)
-    if result.errors:
-        raise MPIJobSchemaError(result.errors)
-    return result

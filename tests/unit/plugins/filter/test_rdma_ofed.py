@@ -1,12 +1,9 @@
-"""roles/rdma/filter_plugins/rdma_ofed.py: does an unpacked MLNX_OFED tarball fit the node?"""
+"""plugins/filter/rdma_ofed.py: does an unpacked MLNX_OFED tarball fit the node?"""
 
 from __future__ import annotations
 
 import pytest
-
-from tests.unit.roles.conftest import load_role_plugin
-
-ofed = load_role_plugin("rdma", "rdma_ofed")
+from ansible_collections.gpucluster.cluster.plugins.filter import rdma_ofed as ofed
 
 KERNEL = "5.15.0-91-generic"
 PREBUILT = [

@@ -1,4 +1,4 @@
-"""roles/rdma/filter_plugins/rdma_doca.py: does a DOCA-Host local repository package fit the node?
+"""plugins/filter/rdma_doca.py: does a DOCA-Host local repository package fit the node?
 
 The file names are NVIDIA's, as published download links show them
 (https://www.mellanox.com/downloads/DOCA/DOCA_v<version>/host/<file>).
@@ -7,10 +7,7 @@ The file names are NVIDIA's, as published download links show them
 from __future__ import annotations
 
 import pytest
-
-from tests.unit.roles.conftest import load_role_plugin
-
-doca = load_role_plugin("rdma", "rdma_doca")
+from ansible_collections.gpucluster.cluster.plugins.filter import rdma_doca as doca
 
 URL = "https://www.mellanox.com/downloads/DOCA/DOCA_v3.2.1/host/doca-host_3.2.1-044000-25.10-ubuntu2404_amd64.deb"
 

@@ -25,14 +25,8 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
-try:
-    from gpucluster_filter_utils import value_errors
-except ImportError:  # Ansible loads filter plugin files by path: the shared helper is in plugins/filter
-    sys.path.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "..", "..", "..", "plugins", "filter")))
-    from gpucluster_filter_utils import value_errors
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 PACKAGE = "doca-host"
 EXAMPLE = "doca-host_3.2.1-044000-25.10-ubuntu2404_amd64.deb"

@@ -1,6 +1,5 @@
 import pytest
-
-from gpucluster import allreduce
+from ansible_collections.gpucluster.cluster.plugins.module_utils import allreduce
 
 BENCH = {
     "ranks": 3,

@@ -36,7 +36,12 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible.module_utils.gpucluster.parsing import ParseError, natural_key, shorten, split_lines
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import (
+    ParseError,
+    natural_key,
+    shorten,
+    split_lines,
+)
 
 ACTIVE = "ACTIVE"
 

@@ -1,13 +1,11 @@
-"""roles/gpudirect/filter_plugins/gpudirect.py: the node-level GPUDirect RDMA decision."""
+"""plugins/filter/gpudirect.py: the node-level GPUDirect RDMA decision."""
 
 from __future__ import annotations
 
 import pytest
+from ansible_collections.gpucluster.cluster.plugins.filter import gpudirect as gd
 
 from tests.conftest import fixture_text
-from tests.unit.roles.conftest import load_role_plugin
-
-gd = load_role_plugin("gpudirect", "gpudirect")
 
 READY_535 = {"state": "ready", "version": "535.183.01", "userspace_version": "535.183.01", "reason": None}
 NOT_LOADED_535 = {"state": "installed-not-loaded", "version": None, "userspace_version": "535.261.03",

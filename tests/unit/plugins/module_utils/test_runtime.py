@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from gpucluster.runtime import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import (
     ProfileError,
     build_profile,
     format_value,

@@ -8,22 +8,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from gpucluster.cli import main
-from gpucluster.launch import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.launch import (
     DEFAULT_HOSTFILE,
     DEFAULT_SHM_SIZE,
     DEFAULT_TOOLS_DIR,
     PASSTHROUGH_VARS,
     JobSpecError,
-    MPIJobSchemaError,
-    check_mpijob,
     interface_problem,
     job_env,
-    load_job_spec,
     min_member,
     mpijob_env,
-    mpijob_schema,
     mpirun_exports,
     parse_job_spec,
     profile_forwarded,
@@ -32,6 +26,14 @@ from gpucluster.launch import (
     render_mpirun,
     render_mpirun_command,
     render_podgroup,
+)
+
+from gpucluster.cli import main
+from gpucluster.mpijob import (
+    MPIJobSchemaError,
+    check_mpijob,
+    load_job_spec,
+    mpijob_schema,
     to_yaml,
     validate_mpijob,
 )
@@ -452,7 +454,7 @@ def test_tools_dir_default_is_where_the_roles_install_the_tools():
 def test_hostfile_is_the_one_container_ssh_writes():
     ssh = yaml.safe_load((ROOT / "roles/container_ssh/defaults/main.yml").read_text())
     assert DEFAULT_HOSTFILE == ssh["container_ssh_hostfile"] == "/etc/gpucluster/mpi/hostfile"
-    import gpucluster.launch as launch_module
+    from ansible_collections.gpucluster.cluster.plugins.module_utils import launch as launch_module
 
     assert DEFAULT_HOSTFILE in launch_module.__doc__ and "/etc/mpi/hostfile" not in launch_module.__doc__
     for path in EXAMPLES:

@@ -1,7 +1,7 @@
 """Jinja filters of the gpudirect role: which peer-memory module, and do the pieces fit?
 
 The rules about the modules themselves (which one for which driver, what their errors mean)
-live in ``plugins/module_utils/gpucluster/peermem.py`` and are used as they are; this file
+live in ``plugins/module_utils/peermem.py`` and are used as they are; this file
 adds the node-level decision (:func:`plan`), unit-tested in
 ``tests/unit/roles/test_gpudirect_filters.py``.
 
@@ -19,17 +19,8 @@ peermem.py's sources):
 
 from __future__ import annotations
 
-import os
-import sys
-
-try:
-    from gpucluster_filter_utils import value_errors  # also puts plugins/module_utils on the import path
-except ImportError:  # Ansible loads filter plugin files by path: the shared helper is in plugins/filter
-    sys.path.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "..", "..", "..", "plugins", "filter")))
-    from gpucluster_filter_utils import value_errors
-
-from ansible.module_utils.gpucluster import peermem
+from ansible_collections.gpucluster.cluster.plugins.module_utils import peermem
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 MODES = ("auto", "required", "disabled")
 MODULE_CHOICES = ("auto", "nvidia-peermem", "nv_peer_mem")

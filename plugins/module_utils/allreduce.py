@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 # busbw_gbps(algbw, ranks): the one definition of bus bandwidth, with its source, is bench.busbw.
-from gpucluster.bench import busbw as busbw_gbps
+from ansible_collections.gpucluster.cluster.plugins.module_utils.bench import busbw as busbw_gbps
 
 
 def algbw_gbps(size_bytes: int, time_s: float) -> float:

@@ -6,7 +6,7 @@ Stdlib only (the module passes its AnsibleModule in), for Python 3.8+ on the man
 
 from __future__ import annotations
 
-from ansible.module_utils.gpucluster.parsing import ParseError
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
 
 
 def run_tool(module, argv):

@@ -6,8 +6,7 @@ Expected readings are those written in each case's ``.md``.
 from __future__ import annotations
 
 import pytest
-
-from gpucluster.bench import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.bench import (
     BenchmarkParseError,
     algbw,
     busbw,
@@ -19,6 +18,7 @@ from gpucluster.bench import (
     scaling_efficiency,
     speedup,
 )
+
 from tests.conftest import fixture_text
 
 BO = "benchmark-output/"

@@ -1,0 +1,29 @@
+"""What the filter plugins share on the controller: ValueError mapping.
+
+The core logic lives in ``plugins/module_utils`` and raises ``ValueError`` with the explanation;
+a filter wraps it with :func:`value_errors` so a template fails with that explanation
+(``AnsibleFilterError``) instead of a traceback. Filters import the core by its collection name
+(``ansible_collections.gpucluster.cluster.plugins.module_utils.<component>``), which Ansible's
+collection loader resolves wherever the collection is installed (or the checkout, through
+``collections/`` in ``ansible.cfg``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ansible.errors import AnsibleFilterError
+
+
+def value_errors(func, named=False):
+    """``func`` raising AnsibleFilterError where it raises ValueError, with the same message (led
+    by ``func``'s name when ``named``), so that a template fails with the logic's explanation."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ValueError as exc:
+            raise AnsibleFilterError(f"{func.__name__}: {exc}" if named else str(exc)) from exc
+
+    return wrapper
