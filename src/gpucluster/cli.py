@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpucluster.cli_launch import add_launch, add_report
+from gpucluster.converge_bench import add_bench
 
 console = Console(stderr=True)
 
@@ -97,7 +98,7 @@ def run_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report, add_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:
