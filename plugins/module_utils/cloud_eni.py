@@ -183,6 +183,8 @@ class Eni:
     device_index: int | None = None
     primary: bool = False
     owner: str | None = None
+    network_card_index: int = 0
+    interface_type: str = "interface"
 
     def as_result(self):
         return {
@@ -190,8 +192,96 @@ class Eni:
             "mac": self.mac,
             "private_ip": self.private_ip,
             "device_index": self.device_index,
+            "network_card_index": self.network_card_index,
+            "interface_type": self.interface_type,
             "status": self.status,
         }
+
+
+INTERFACE_TYPES = ("interface", "efa", "efa-only")
+"""AWS ``InterfaceType`` values this module creates: ``interface`` (an ENA ENI), ``efa`` (EFA with
+ENA: OS-bypass and an IP address) and ``efa-only`` (OS-bypass only, no IP address)."""
+
+
+@dataclass(frozen=True)
+class NetworkCard:
+    """One network card of an instance type (EC2 DescribeInstanceTypes
+    ``NetworkInfo.NetworkCards[]``): ``index`` (NetworkCardIndex), ``max_interfaces``
+    (MaximumNetworkInterfaces) and the ``interface_types`` it takes (InterfaceTypes)."""
+
+    index: int
+    max_interfaces: int
+    interface_types: tuple = ("interface",)
+
+
+@dataclass(frozen=True)
+class InstanceNetwork:
+    """What the instance type allows and the instance's state (AWS; None on Tencent Cloud,
+    whose instances have one card and number ENIs themselves)."""
+
+    instance_type: str
+    state: str
+    cards: tuple = ()
+    efa_supported: bool = False
+    max_efa_interfaces: int = 0
+
+    @property
+    def multi_card(self):
+        return len(self.cards) > 1
+
+
+def _preferred_device_index(card, interface_type, device_index_start):
+    """AWS's recommended slot on a multi-card instance (EC2 User Guide, "Maximize network
+    bandwidth on Amazon EC2 instances with multiple network cards"): card 0 keeps device 0 for the
+    primary ENA interface, so anything else goes to device 1 there; on every other card an EFA
+    (or EFA-only) interface takes device 0 and an ENA interface device 1."""
+    if card == 0:
+        return max(1, device_index_start)
+    return 0 if interface_type != "interface" else 1
+
+
+def plan_slots(attached, count, cards, interface_type="interface", device_index_start=1, kept=None):
+    """(network card index, device index) for each of the ``count`` wanted secondary interfaces
+    beyond those already ``attached`` (pure).
+
+    ``attached``: the instance's attached ENIs (primary included) as :class:`Eni`, whose slots are
+    taken; ``kept``: the secondary ones that count towards the wanted interfaces (default: every
+    attached secondary ENI); ``cards``: the instance type's :class:`NetworkCard` list. The wanted
+    interfaces are spread evenly over the
+    cards (interface ``j`` of ``n`` on card ``floor(j * cards / n)``: on a p5.48xlarge, 8 wanted
+    interfaces land on cards 0, 4, 8, ... 28, one per GPU's PCIe switch; on a p4d.24xlarge 8 go
+    two per card), the secondary ENIs already attached fill the slots of their own cards first,
+    and each new one takes the lowest free device index of its card from the preferred one.
+    Raises ValueError naming the card and the limit when a card is full or does not take the type.
+    """
+    cards = sorted(cards, key=lambda c: c.index)
+    if not cards:
+        cards = [NetworkCard(0, 1 << 30, INTERFACE_TYPES)]
+    used = {(e.network_card_index, e.device_index) for e in attached if e.device_index is not None}
+    secondary = [e for e in (attached if kept is None else kept) if not e.primary]
+    total = len(secondary) + count
+    targets = [cards[j * len(cards) // total].index for j in range(total)] if total else []
+    for e in secondary:  # an attached ENI satisfies one wanted slot of its card
+        if e.network_card_index in targets:
+            targets.remove(e.network_card_index)
+    targets = targets[:count]
+    by_index = {c.index: c for c in cards}
+    slots = []
+    for card in targets:
+        nc = by_index[card]
+        if interface_type not in nc.interface_types:
+            raise ValueError(f"network card {card} takes interface types {list(nc.interface_types)}, not "
+                             f"{interface_type!r}")
+        device = _preferred_device_index(card, interface_type, device_index_start)
+        while (card, device) in used:
+            device += 1
+        on_card = sum(1 for c, _ in used if c == card)
+        if on_card >= nc.max_interfaces:
+            raise ValueError(f"network card {card} takes at most {nc.max_interfaces} network interfaces "
+                             f"(DescribeInstanceTypes MaximumNetworkInterfaces) and has {on_card}")
+        used.add((card, device))
+        slots.append((card, device))
+    return slots
 
 
 @dataclass(frozen=True)
@@ -211,6 +301,7 @@ class Plan:
     create: int = 0
     device_indexes: tuple = ()
     surplus: tuple = ()
+    network_cards: tuple = ()
 
     @property
     def changes(self):
@@ -222,6 +313,7 @@ class Plan:
             "adopt": [e.id for e in self.adopt],
             "create": self.create,
             "device_indexes": list(self.device_indexes),
+            "network_cards": list(self.network_cards) or [0] * len(self.device_indexes),
             "surplus": [e.id for e in self.surplus],
         }
 
@@ -230,7 +322,8 @@ def _index_key(eni):
     return (eni.device_index is None, eni.device_index if eni.device_index is not None else 0, eni.id)
 
 
-def plan_enis(enis, instance_id, subnet_id, count, device_index_start=1):
+def plan_enis(enis, instance_id, subnet_id, count, device_index_start=1, network=None,
+              interface_type="interface"):
     """Diff between ``count`` wanted secondary ENIs and what ``enis`` says exists (pure).
 
     ``enis``: every ENI attached to the instance plus every ENI tagged for it (what
@@ -238,7 +331,8 @@ def plan_enis(enis, instance_id, subnet_id, count, device_index_start=1):
     device-index order; the missing ones come first from detached ENIs tagged for this instance
     (available or still pending), then from new ones. Device indexes are the lowest ones from
     ``device_index_start`` not used by any attachment of the instance (AWS numbers them; index 0
-    is the primary ENI).
+    is the primary ENI). On an instance type with several network cards (``network``, an
+    :class:`InstanceNetwork`) the new ones are placed by :func:`plan_slots`.
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
@@ -260,14 +354,20 @@ def plan_enis(enis, instance_id, subnet_id, count, device_index_start=1):
     )
     adopt = tuple(adoptable[:max(need, 0)])
     create = max(need - len(adopt), 0)
-    used = {e.device_index for e in attached if e.device_index is not None}
+    if network is not None and network.multi_card:
+        slots = plan_slots(attached, len(adopt) + create, network.cards, interface_type, device_index_start,
+                           kept=list(keep))
+        return Plan(keep=keep, adopt=adopt, create=create, device_indexes=tuple(d for _, d in slots),
+                    surplus=surplus, network_cards=tuple(c for c, _ in slots))
+    used = {e.device_index for e in attached if e.device_index is not None and not e.network_card_index}
     indexes = []
     candidate = device_index_start
     while len(indexes) < len(adopt) + create:
         if candidate not in used:
             indexes.append(candidate)
         candidate += 1
-    return Plan(keep=keep, adopt=adopt, create=create, device_indexes=tuple(indexes), surplus=surplus)
+    return Plan(keep=keep, adopt=adopt, create=create, device_indexes=tuple(indexes), surplus=surplus,
+                network_cards=(0,) * len(indexes))
 
 
 @dataclass
@@ -325,12 +425,16 @@ class Provider(ABC):
         """The ENIs with these ids (ids the API does not know are left out)."""
 
     @abstractmethod
-    def create(self, instance_id, subnet_id, vpc_id, security_groups, token):
+    def create(self, instance_id, subnet_id, vpc_id, security_groups, token, interface_type="interface"):
         """Create one ENI tagged for ``instance_id``; ``token`` is the idempotency ClientToken."""
 
     @abstractmethod
-    def attach(self, eni_id, instance_id, device_index, token):
+    def attach(self, eni_id, instance_id, device_index, token, network_card_index=0):
         """Attach ``eni_id`` to ``instance_id`` (``device_index`` is used where the API takes one)."""
+
+    def instance_network(self, instance_id):
+        """:class:`InstanceNetwork` of the instance, or None where the cloud numbers ENIs itself."""
+        return None
 
     def _call(self, action, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, retried on throttling/busy codes per ``self.retry``."""
@@ -361,8 +465,9 @@ class AwsProvider(Provider):
 
     ENIs are created with ``Groups``, a ``Description`` and the owner tag, and an idempotency
     ``ClientToken`` that stays the same across throttling retries of one create; they are attached
-    with an explicit ``DeviceIndex`` on network card 0. Instances with several network cards
-    (p4d, p5) limit ENIs per card; this provider does not spread ENIs over cards.
+    with an explicit ``DeviceIndex``, and on instance types with several network cards (p4d, p5)
+    an explicit ``NetworkCardIndex`` (placement: :func:`plan_slots`, from DescribeInstanceTypes).
+    ``InterfaceType`` ``efa`` / ``efa-only`` creates Elastic Fabric Adapters.
     """
 
     name = "aws"
@@ -430,6 +535,28 @@ class AwsProvider(Provider):
             device_index=int(device_index) if device_index is not None else None,
             primary=bool(instance_id) and device_index == 0 and not attachment.get("NetworkCardIndex"),
             owner=tags.get(OWNER_TAG),
+            network_card_index=int(attachment.get("NetworkCardIndex") or 0) if instance_id else 0,
+            interface_type=raw.get("InterfaceType") or "interface",
+        )
+
+    def instance_network(self, instance_id):
+        raw = self._call("DescribeInstances", self.client.describe_instances, InstanceIds=[instance_id])
+        instances = [i for r in raw.get("Reservations", []) for i in r.get("Instances", [])]
+        if not instances:
+            return None
+        inst = instances[0]
+        itype = inst.get("InstanceType", "")
+        types = self._call("DescribeInstanceTypes", self.client.describe_instance_types, InstanceTypes=[itype])
+        info = (types.get("InstanceTypes") or [{}])[0].get("NetworkInfo") or {}
+        cards = tuple(
+            NetworkCard(int(c.get("NetworkCardIndex", 0)), int(c.get("MaximumNetworkInterfaces", 0)),
+                        tuple(c.get("InterfaceTypes") or ("interface",)))
+            for c in info.get("NetworkCards") or []
+        )
+        return InstanceNetwork(
+            instance_type=itype, state=(inst.get("State") or {}).get("Name", ""), cards=cards,
+            efa_supported=bool(info.get("EfaSupported")),
+            max_efa_interfaces=int((info.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0)),
         )
 
     def _describe_filtered(self, filters):
@@ -451,9 +578,11 @@ class AwsProvider(Provider):
                          NetworkInterfaceIds=list(ids))
         return [self._eni(r) for r in raw["NetworkInterfaces"]]
 
-    def create(self, instance_id, subnet_id, vpc_id, security_groups, token):
+    def create(self, instance_id, subnet_id, vpc_id, security_groups, token, interface_type="interface"):
+        extra = {"InterfaceType": interface_type} if interface_type != "interface" else {}
         raw = self._call(
             "CreateNetworkInterface", self.client.create_network_interface,
+            **extra,
             SubnetId=subnet_id,
             Groups=list(security_groups),
             Description=f"gpucluster secondary ENI of {instance_id}",
@@ -466,9 +595,10 @@ class AwsProvider(Provider):
         )
         return self._eni(raw["NetworkInterface"])
 
-    def attach(self, eni_id, instance_id, device_index, token):
+    def attach(self, eni_id, instance_id, device_index, token, network_card_index=0):
+        extra = {"NetworkCardIndex": network_card_index} if network_card_index else {}
         self._call("AttachNetworkInterface", self.client.attach_network_interface,
-                   NetworkInterfaceId=eni_id, InstanceId=instance_id, DeviceIndex=device_index)
+                   NetworkInterfaceId=eni_id, InstanceId=instance_id, DeviceIndex=device_index, **extra)
 
 
 # --------------------------------------------------------------------------------------------
@@ -601,7 +731,7 @@ class TencentCloudProvider(Provider):
     def describe(self, ids):
         return self._describe(NetworkInterfaceIds=list(ids))
 
-    def create(self, instance_id, subnet_id, vpc_id, security_groups, token):
+    def create(self, instance_id, subnet_id, vpc_id, security_groups, token, interface_type="interface"):
         request = self.models.CreateNetworkInterfaceRequest()
         request.from_json_string(_json({
             "VpcId": vpc_id,
@@ -615,7 +745,7 @@ class TencentCloudProvider(Provider):
         }))
         return self._eni(self._send("CreateNetworkInterface", request)["NetworkInterface"])
 
-    def attach(self, eni_id, instance_id, device_index, token):
+    def attach(self, eni_id, instance_id, device_index, token, network_card_index=0):
         request = self.models.AttachNetworkInterfaceRequest()
         request.from_json_string(_json({"NetworkInterfaceId": eni_id, "InstanceId": instance_id,
                                         "ClientToken": token}))
@@ -727,7 +857,8 @@ def _wait(ctx, ids, done, what, timeout, poll_interval, clock, sleep):
 
 
 def ensure_enis(provider, instance_id, subnet_id, security_groups, count, device_index_start=1,
-                wait=True, wait_timeout=300, check_mode=False, poll_interval=2.0, clock=None, sleep=None):
+                wait=True, wait_timeout=300, check_mode=False, poll_interval=2.0, clock=None, sleep=None,
+                interface_type="interface"):
     """Make ``instance_id`` have ``count`` secondary ENIs in ``subnet_id``; return the result dict.
 
     Sequence: list the instance's ENIs and the ones tagged for it (2 x DescribeNetworkInterfaces),
@@ -738,6 +869,12 @@ def ensure_enis(provider, instance_id, subnet_id, security_groups, count, device
     true (Tencent Cloud refuses a second attach while one runs on the instance). ``wait_timeout``
     bounds each wait in seconds. Raises ``CloudEniError`` with a message naming the instance, the
     option and the fix, and with ``result`` = what was already done.
+
+    On AWS the instance type is read first (DescribeInstances, DescribeInstanceTypes): with several
+    network cards the ENIs are placed by :func:`plan_slots`; ``interface_type`` ``efa`` /
+    ``efa-only`` is refused before any change where the type has no EFA, takes fewer EFAs than
+    wanted, or the instance is running (EC2 attaches EFAs only to stopped instances: "EFAs can't
+    be attached to or detached from an instance in a running state", EC2 User Guide, create-efa).
     """
     clock = clock or time.monotonic
     ctx = _Context(provider, instance_id, subnet_id, count)
@@ -758,7 +895,39 @@ def ensure_enis(provider, instance_id, subnet_id, security_groups, count, device
         raise ctx.fail(
             f"cloud_eni: instance {instance_id} has no network interface in {provider.label} region "
             f"{provider.region}. Fix: check options 'instance_id' and 'region'.")
-    plan = plan_enis(enis, instance_id, subnet_id, count, device_index_start)
+    if interface_type not in INTERFACE_TYPES:
+        raise ctx.fail(f"cloud_eni: instance {instance_id}: option 'interface_type' is {interface_type!r}. "
+                       f"Fix: one of {', '.join(INTERFACE_TYPES)}.")
+    try:
+        network = provider.instance_network(instance_id)
+    except ApiError as err:
+        raise ctx.explain(err) from None
+    if interface_type != "interface" and network is None:
+        raise ctx.fail(f"cloud_eni: instance {instance_id}: option 'interface_type' {interface_type!r} is an AWS "
+                       f"Elastic Fabric Adapter; {provider.label} has none. Fix: interface_type: interface.")
+    try:
+        plan = plan_enis(enis, instance_id, subnet_id, count, device_index_start, network, interface_type)
+    except ValueError as exc:
+        raise ctx.fail(
+            f"cloud_eni: instance {instance_id} ({network.instance_type if network else provider.label}): "
+            f"option 'count' {count} with interface_type {interface_type!r} does not fit: {exc}. Fix: lower "
+            "cloud_eni_count or choose an instance type with more network interfaces.") from None
+    if interface_type != "interface" and plan.changes:
+        efa_now = sum(1 for e in mine if e.interface_type != "interface")
+        wanted_efa = efa_now + len(plan.adopt) + plan.create
+        if not network.efa_supported or wanted_efa > network.max_efa_interfaces:
+            raise ctx.fail(
+                f"cloud_eni: instance {instance_id} ({network.instance_type}) takes "
+                f"{network.max_efa_interfaces if network.efa_supported else 'no'} EFA interfaces "
+                f"(DescribeInstanceTypes EfaInfo), {wanted_efa} wanted. Fix: lower cloud_eni_count, or "
+                "interface_type: interface.")
+        if network.state == "running":
+            slots = ", ".join(f"NetworkCardIndex={c},DeviceIndex={d},InterfaceType={interface_type}"
+                              for c, d in zip(plan.network_cards, plan.device_indexes, strict=True))
+            raise ctx.fail(
+                f"cloud_eni: instance {instance_id} ({network.instance_type}) is running, and EC2 attaches "
+                "EFA interfaces only to a stopped instance. Fix: stop it and rerun, or launch it with these "
+                f"interfaces (launch template NetworkInterfaces): {slots}.")
     primary = next((e for e in mine if e.primary), mine[0])
 
     warnings = []
@@ -795,7 +964,8 @@ def ensure_enis(provider, instance_id, subnet_id, security_groups, count, device
     new = []
     for _ in range(plan.create):
         try:
-            eni = provider.create(instance_id, subnet_id, primary.vpc_id, security_groups, uuid.uuid4().hex)
+            eni = provider.create(instance_id, subnet_id, primary.vpc_id, security_groups, uuid.uuid4().hex,
+                                  interface_type=interface_type)
         except ApiError as err:
             raise ctx.explain(err) from None
         ctx.created.append(eni.id)
@@ -806,9 +976,9 @@ def ensure_enis(provider, instance_id, subnet_id, security_groups, count, device
         _wait(ctx, pending, is_available, "become available", wait_timeout, poll_interval, clock, sleep)
 
     final = {}
-    for eni, index in zip(to_attach, plan.device_indexes, strict=True):
+    for eni, index, card in zip(to_attach, plan.device_indexes, plan.network_cards, strict=True):
         try:
-            provider.attach(eni.id, instance_id, index, uuid.uuid4().hex)
+            provider.attach(eni.id, instance_id, index, uuid.uuid4().hex, network_card_index=card)
         except ApiError as err:
             raise ctx.explain(err, attached_now=len(plan.keep) + len(ctx.attached)) from None
         ctx.attached.append(eni.id)

@@ -67,8 +67,21 @@ options:
       - Lowest device index for new attachments (AWS; 0 is the primary ENI). Indexes already in
         use on the instance are skipped.
       - Ignored by Tencent Cloud, which numbers attachments itself.
+      - On AWS instance types with several network cards (p4d, p5) the ENIs are spread evenly
+        over the cards with an explicit NetworkCardIndex, from the instance type's
+        DescribeInstanceTypes data (card 0 keeps device 0 for the primary ENI).
     type: int
     default: 1
+  interface_type:
+    description:
+      - AWS InterfaceType of new ENIs. V(interface) is an ENA ENI; V(efa) an Elastic Fabric
+        Adapter with ENA; V(efa-only) an EFA without IP address. EFAs are placed at device 0 of
+        network cards other than 0 and device 1 of card 0, as AWS recommends.
+      - EC2 attaches EFAs only to a stopped instance; on a running one the module fails before
+        any change and names the launch-template slots instead. Tencent Cloud has no EFA.
+    type: str
+    choices: [interface, efa, efa-only]
+    default: interface
   wait:
     description:
       - Wait after each attach until the ENI is attached before attaching the next and
@@ -159,6 +172,14 @@ interfaces:
       description: Device index of the attachment; null while not attached yet (O(wait=false)).
       type: int
       sample: 1
+    network_card_index:
+      description: Network card of the attachment (0 on single-card instance types).
+      type: int
+      sample: 0
+    interface_type:
+      description: C(interface), C(efa) or C(efa-only), as the cloud reports it.
+      type: str
+      sample: interface
     status:
       description: One of C(attached), C(attaching), C(available), C(pending), C(detaching).
       type: str
@@ -226,6 +247,7 @@ ARGUMENT_SPEC = dict(
     security_groups=dict(type="list", elements="str", required=True),
     count=dict(type="int", required=True),
     device_index_start=dict(type="int", default=1),
+    interface_type=dict(type="str", default="interface", choices=["interface", "efa", "efa-only"]),
     wait=dict(type="bool", default=True),
     wait_timeout=dict(type="int", default=300),
     access_key=dict(type="str", no_log=True, aliases=["aws_access_key_id", "secret_id"]),
@@ -251,7 +273,7 @@ def main():
         result = ensure_enis(
             provider, p["instance_id"], p["subnet_id"], p["security_groups"], p["count"],
             device_index_start=p["device_index_start"], wait=p["wait"], wait_timeout=p["wait_timeout"],
-            check_mode=module.check_mode,
+            check_mode=module.check_mode, interface_type=p["interface_type"],
         )
     except MissingSdkError as exc:
         module.fail_json(msg=f"{missing_required_lib(exc.library)} ({redact(exc, secrets)})")

@@ -33,7 +33,8 @@ def moto_url():
 
 @pytest.fixture
 def aws(moto_url, monkeypatch):
-    """A fresh moto account: VPC, GPU subnet, management subnet, security group, running instance."""
+    """A fresh moto account: VPC, GPU subnet, management subnet, security group, running instance
+    of a single-network-card GPU type (g5.48xlarge; multi-card types: ``aws_multicard``)."""
     import boto3
 
     for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
@@ -48,9 +49,22 @@ def aws(moto_url, monkeypatch):
     mgmt = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     gpu = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.64.0/20")["Subnet"]["SubnetId"]
     sg = ec2.create_security_group(GroupName="gpu", Description="GPU ENIs", VpcId=vpc)["GroupId"]
-    instance = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge",
+    instance = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="g5.48xlarge",
                                  SubnetId=mgmt)["Instances"][0]["InstanceId"]
     return SimpleNamespace(url=moto_url, ec2=ec2, vpc=vpc, mgmt=mgmt, gpu=gpu, sg=sg, instance=instance)
+
+
+@pytest.fixture
+def aws_multicard(aws):
+    """``aws`` plus a stopped p4d.24xlarge (4 network cards, EFA) and a running p5.48xlarge (32 cards),
+    with the instance-type data moto serves from AWS's own DescribeInstanceTypes answers."""
+    p4d = aws.ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge",
+                                SubnetId=aws.mgmt)["Instances"][0]["InstanceId"]
+    aws.ec2.stop_instances(InstanceIds=[p4d])
+    p5 = aws.ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge",
+                               SubnetId=aws.mgmt)["Instances"][0]["InstanceId"]
+    aws.p4d, aws.p5 = p4d, p5
+    return aws
 
 
 def recorded_response(request, name):

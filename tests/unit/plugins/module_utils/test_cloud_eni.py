@@ -110,7 +110,7 @@ PRIMARY = eni("eni-p", subnet="subnet-mgmt", index=0, primary=True)
 def test_plan(name, enis, count, start, keep, adopt, create, indexes, surplus):
     plan = ce.plan_enis(enis, "i-1", "subnet-gpu", count, start)
     assert plan.as_result() == {"keep": keep, "adopt": adopt, "create": create, "device_indexes": indexes,
-                                "surplus": surplus}, name
+                                "network_cards": [0] * len(indexes), "surplus": surplus}, name
     assert plan.changes == bool(adopt or create)
 
 
@@ -158,7 +158,8 @@ def test_aws_creates_and_attaches_missing_enis(aws, fake_time):
     assert result["attached"] == result["created"]
     assert [i["device_index"] for i in result["interfaces"]] == [1, 2, 3, 4]
     for iface in result["interfaces"]:
-        assert set(iface) == {"id", "mac", "private_ip", "device_index", "status"}
+        assert set(iface) == {"id", "mac", "private_ip", "device_index", "network_card_index", "interface_type",
+                              "status"}
         assert MAC.match(iface["mac"]), iface
         assert iface["private_ip"].startswith("10.0.")
         assert 64 <= int(iface["private_ip"].split(".")[2]) <= 79  # inside 10.0.64.0/20
@@ -284,6 +285,19 @@ def stub_listing(stub, attached=(PRIMARY_RAW,), tagged=()):
                       {"Filters": [{"Name": "attachment.instance-id", "Values": [INSTANCE]}]})
     stub.add_response("describe_network_interfaces", {"NetworkInterfaces": list(tagged)},
                       {"Filters": [{"Name": f"tag:{ce.OWNER_TAG}", "Values": [INSTANCE]}]})
+    stub_instance_type(stub)
+
+
+def stub_instance_type(stub, itype="g5.48xlarge", state="running", cards=((0, 7),), efa=1):
+    """DescribeInstances + DescribeInstanceTypes as EC2 answers them (a one-card type by default)."""
+    stub.add_response("describe_instances", {"Reservations": [{"Instances": [
+        {"InstanceId": INSTANCE, "InstanceType": itype, "State": {"Name": state}}]}]},
+        {"InstanceIds": [INSTANCE]})
+    stub.add_response("describe_instance_types", {"InstanceTypes": [{"InstanceType": itype, "NetworkInfo": {
+        "MaximumNetworkCards": len(cards), "EfaSupported": bool(efa), "EfaInfo": {"MaximumEfaInterfaces": efa},
+        "NetworkCards": [{"NetworkCardIndex": i, "MaximumNetworkInterfaces": m,
+                          "InterfaceTypes": ["interface", "efa", "efa-only"]} for i, m in cards]}}]},
+        {"InstanceTypes": [itype]})
 
 
 def stub_throttled(stub):
@@ -497,9 +511,9 @@ def test_tencent_creates_and_attaches_missing_enis(tencent_api, fake_time):
     assert result["created"] == result["attached"] == ["eni-irk5qhhl", "eni-afo43z61"]
     assert result["interfaces"] == [
         {"id": "eni-irk5qhhl", "mac": "20:90:6f:62:33:e2", "private_ip": "10.0.64.13", "device_index": 1,
-         "status": "attached"},
+         "network_card_index": 0, "interface_type": "interface", "status": "attached"},
         {"id": "eni-afo43z61", "mac": "20:90:6f:62:33:f7", "private_ip": "10.0.64.17", "device_index": 2,
-         "status": "attached"},
+         "network_card_index": 0, "interface_type": "interface", "status": "attached"},
     ]
     assert fake_time.sleeps == [2.0]  # one poll interval while eni-irk5qhhl was ATTACHING
     listing = api.bodies(D)[:2]
@@ -610,3 +624,102 @@ def test_tencent_missing_credentials(monkeypatch):
     monkeypatch.delenv("TENCENTCLOUD_SECRET_KEY", raising=False)
     with pytest.raises(ce.CloudEniError, match="TENCENTCLOUD_SECRET_ID"):
         ce.make_provider("tencentcloud", TC_REGION)
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-card instance types (p4d, p5) and EFA: placement by network card and device index
+# --------------------------------------------------------------------------------------------
+
+P5_CARDS = [ce.NetworkCard(i, 2, ce.INTERFACE_TYPES) for i in range(32)]
+P4D_CARDS = [ce.NetworkCard(i, 15, ce.INTERFACE_TYPES) for i in range(4)]
+
+
+def attached_at(eid, card, device, primary=False):
+    return ce.Eni(eid, "0e:00:00:00:00:01", "10.0.64.5", "subnet-gpu", instance_id="i-1", device_index=device,
+                  network_card_index=card, primary=primary, status=ce.ATTACHED)
+
+
+PRIMARY_ENI = attached_at("eni-primary", 0, 0, primary=True)
+
+
+def test_p5_spreads_one_interface_per_gpu_over_the_32_cards():
+    slots = ce.plan_slots([PRIMARY_ENI], 8, P5_CARDS, "interface")
+    assert slots == [(0, 1), (4, 1), (8, 1), (12, 1), (16, 1), (20, 1), (24, 1), (28, 1)]
+    efa = ce.plan_slots([PRIMARY_ENI], 8, P5_CARDS, "efa-only")
+    assert efa == [(0, 1), (4, 0), (8, 0), (12, 0), (16, 0), (20, 0), (24, 0), (28, 0)]
+
+
+def test_p4d_puts_two_per_card_and_keeps_what_is_attached():
+    assert ce.plan_slots([PRIMARY_ENI], 8, P4D_CARDS, "interface") == [
+        (0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+    # an earlier run attached two on card 1: the six missing go elsewhere first, no slot reused
+    done = [PRIMARY_ENI, attached_at("eni-a", 1, 1), attached_at("eni-b", 1, 2)]
+    slots = ce.plan_slots(done, 6, P4D_CARDS, "interface")
+    assert sorted(slots) == [(0, 1), (0, 2), (2, 1), (2, 2), (3, 1), (3, 2)]
+
+
+def test_full_card_and_unsupported_type_are_refused():
+    with pytest.raises(ValueError, match="network card 0 takes at most 2"):
+        ce.plan_slots([PRIMARY_ENI, attached_at("eni-a", 0, 1)], 1, P5_CARDS[:1] + [], "interface")
+    with pytest.raises(ValueError, match="not 'efa'"):
+        ce.plan_slots([PRIMARY_ENI], 1, [ce.NetworkCard(0, 4), ce.NetworkCard(1, 4)], "efa")
+
+
+def test_plan_enis_multi_card_result_names_the_cards():
+    network = ce.InstanceNetwork("p4d.24xlarge", "running", tuple(P4D_CARDS), True, 4)
+    plan = ce.plan_enis([PRIMARY_ENI], "i-1", "subnet-gpu", 4, 1, network)
+    assert plan.as_result()["network_cards"] == [0, 1, 2, 3]
+    assert plan.as_result()["device_indexes"] == [1, 1, 1, 1]
+
+
+def _record(provider, operation):
+    calls = []
+    provider.client.meta.events.register(
+        f"provide-client-params.ec2.{operation}", lambda params, **kw: calls.append(dict(params)))
+    return calls
+
+
+def test_aws_p5_attaches_by_network_card_from_the_instance_type_data(aws_multicard, fake_time):
+    provider = aws_provider(aws_multicard, fake_time)
+    attaches = _record(provider, "AttachNetworkInterface")
+    result = ce.ensure_enis(provider, aws_multicard.p5, aws_multicard.gpu, [aws_multicard.sg], 8,
+                            clock=fake_time.clock, sleep=fake_time.sleep)
+    assert result["changed"] is True and len(result["attached"]) == 8
+    assert [(c.get("NetworkCardIndex", 0), c["DeviceIndex"]) for c in attaches] == [
+        (0, 1), (4, 1), (8, 1), (12, 1), (16, 1), (20, 1), (24, 1), (28, 1)]
+    assert result["plan"]["network_cards"] == [0, 4, 8, 12, 16, 20, 24, 28]
+
+
+def test_aws_efa_on_a_running_instance_is_refused_before_any_change(aws_multicard, fake_time):
+    provider = aws_provider(aws_multicard, fake_time)
+    creates = _record(provider, "CreateNetworkInterface")
+    with pytest.raises(ce.CloudEniError) as exc:
+        ce.ensure_enis(provider, aws_multicard.p5, aws_multicard.gpu, [aws_multicard.sg], 4,
+                       clock=fake_time.clock, sleep=fake_time.sleep, interface_type="efa")
+    msg = str(exc.value)
+    assert "is running" in msg and "stopped instance" in msg and "Fix:" in msg
+    assert "NetworkCardIndex=8,DeviceIndex=0,InterfaceType=efa" in msg  # the launch-template slots
+    assert creates == [] and exc.value.result == {"created": [], "attached": []}
+
+
+def test_aws_efa_on_a_stopped_p4d_creates_efas_on_each_card(aws_multicard, fake_time):
+    provider = aws_provider(aws_multicard, fake_time)
+    creates = _record(provider, "CreateNetworkInterface")
+    attaches = _record(provider, "AttachNetworkInterface")
+    result = ce.ensure_enis(provider, aws_multicard.p4d, aws_multicard.gpu, [aws_multicard.sg], 4,
+                            clock=fake_time.clock, sleep=fake_time.sleep, interface_type="efa")
+    assert [c["InterfaceType"] for c in creates] == ["efa"] * 4
+    assert [(c.get("NetworkCardIndex", 0), c["DeviceIndex"]) for c in attaches] == [(0, 1), (1, 0), (2, 0), (3, 0)]
+    assert len(result["attached"]) == 4
+
+
+def test_aws_more_efas_than_the_type_takes_are_refused(stubbed, fake_time):
+    stub, provider = stubbed
+    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [PRIMARY_RAW]},
+                      {"Filters": [{"Name": "attachment.instance-id", "Values": [INSTANCE]}]})
+    stub.add_response("describe_network_interfaces", {"NetworkInterfaces": []},
+                      {"Filters": [{"Name": f"tag:{ce.OWNER_TAG}", "Values": [INSTANCE]}]})
+    stub_instance_type(stub, state="stopped", efa=1)  # g5.48xlarge: one EFA
+    with pytest.raises(ce.CloudEniError, match=r"takes 1 EFA interfaces .* 2 wanted") as exc:
+        ce.ensure_enis(provider, INSTANCE, SUBNET, [SG], 2, sleep=fake_time.sleep, interface_type="efa")
+    assert exc.value.result == {"created": [], "attached": []}

@@ -67,7 +67,8 @@ def test_documentation_matches_argument_spec():
     for secret in ("access_key", "secret_key", "session_token"):
         assert cloud_eni.ARGUMENT_SPEC[secret]["no_log"] is True
     ret = yaml.safe_load(cloud_eni.RETURN)
-    assert set(ret["interfaces"]["contains"]) == {"id", "mac", "private_ip", "device_index", "status"}
+    assert set(ret["interfaces"]["contains"]) == {"id", "mac", "private_ip", "device_index", "network_card_index",
+                                                  "interface_type", "status"}
     assert {"created", "attached", "surplus", "plan", "changed"} <= set(ret)
     examples = yaml.safe_load(cloud_eni.EXAMPLES)
     assert all("cloud_eni" in task for task in examples)

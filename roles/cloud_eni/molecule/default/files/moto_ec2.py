@@ -28,7 +28,7 @@ def setup(ec2):
     mgmt = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     gpu = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.64.0/20")["Subnet"]["SubnetId"]
     sg = ec2.create_security_group(GroupName="gpu", Description="GPU ENIs", VpcId=vpc)["GroupId"]
-    instance = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge",
+    instance = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="g5.48xlarge",
                                  SubnetId=mgmt)["Instances"][0]["InstanceId"]
     return {"instance": instance, "subnet": gpu, "subnet_cidr": "10.0.64.0/20", "security_group": sg,
             "key_id": KEY_ID, "secret": SECRET}
