@@ -23,6 +23,9 @@ echo "== tests"
 if [ "$what" = unit ]; then
   exec pytest -q tests/unit
 fi
-# One pytest run, so one summary line counts everything.
-exec pytest -v --durations=15 tests/unit tests/molecule \
+# One pytest run, so one summary line counts everything. Two workers (pytest-xdist): the
+# integration tests stay together, in this order, on one worker (their sandbox; teardown last),
+# while the other takes the molecule scenarios (their own apt cache and network) and the unit
+# tests; most of a scenario's time is waiting on apt, dpkg and systemd, so two fit on 2 cores.
+exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-2}" --dist loadgroup --durations=15 tests/unit tests/molecule \
   tests/integration/test_sandbox.py tests/integration/test_benchmark.py tests/integration/test_teardown.py

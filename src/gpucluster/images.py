@@ -28,6 +28,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from gpucluster.locks import locked
+
 SUITE = "bookworm"
 NODE_REPO = "gpucluster/node"
 INFRA_REPO = "gpucluster/infra"
@@ -162,6 +164,7 @@ def _image_exists(client: docker.DockerClient, tag: str) -> bool:
         return False
 
 
+@locked("images")
 def ensure_node_image(client: docker.DockerClient, log: Log = print, mirror: str | None = None) -> str:
     """Build the node image with debootstrap + docker import unless the tagged one exists.
 
@@ -231,6 +234,7 @@ def _post_configure(rootfs: Path) -> None:
     (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
 
 
+@locked("images")
 def build_from_node(
     client: docker.DockerClient,
     tag: str,

@@ -99,3 +99,13 @@ def sandbox(request) -> Path:
     elif "stale" in states.values():
         playbook("playbooks/training.yml")
     return INVENTORY
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every integration test shares one sandbox and runs in file order (test_teardown.py last):
+    under pytest-xdist (scripts/test.sh, ``--dist loadgroup``) they form one group on one worker,
+    beside the molecule scenarios on the other."""
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).parent == here:
+            item.add_marker(pytest.mark.xdist_group("sandbox"))

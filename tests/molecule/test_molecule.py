@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from gpucluster import images
+from gpucluster.locks import host_lock
 from gpucluster.sandbox import APT_CACHE_PORT, Sandbox, SandboxConfig
 from tests.docker_env import ROOT, docker_client, venv_env
 
@@ -22,12 +23,20 @@ ALL_SCENARIOS = sorted(ROOT.glob("roles/*/molecule/*/molecule.yml"))
 SCENARIOS = [p for p in ALL_SCENARIOS if not (p.parent / ".ci-skip").exists()]
 
 
+#: The scenarios' own infra (apt cache) and network, apart from the integration tests' sandbox:
+#: the two run side by side (scripts/test.sh: pytest-xdist), and the integration tests end by
+#: taking their sandbox down.
+MOLECULE_SANDBOX = "gpucmol"
+
+
 @pytest.fixture(scope="session")
 def molecule_env():
     client = docker_client()
     tag = images.ensure_node_image(client, log=lambda m: None)
-    sb = Sandbox(SandboxConfig(), client=client, log=lambda m: None)
-    infra = sb.ensure_infra()
+    cfg = SandboxConfig(name=MOLECULE_SANDBOX, inventory_dir=ROOT / ".cache" / "molecule-infra")
+    sb = Sandbox(cfg, client=client, log=lambda m: None)
+    with host_lock("molecule-infra"):  # two xdist workers: one starts it, the other reuses it
+        infra = sb.ensure_infra()
     return venv_env(
         NO_COLOR="1",
         GPUCLUSTER_NODE_IMAGE=tag,
