@@ -656,7 +656,7 @@ def test_cli_launch_v1_warns(tmp_path, capsys):
 
 def test_cli_launch_output_needs_an_existing_directory(tmp_path, capsys):
     out = tmp_path / "nonexistent" / "dir" / "x.env"
-    assert main(["launch", str(write_spec(tmp_path, spec())), "--env-file", "-o", str(out)]) == 2
+    assert main(["launch", str(write_spec(tmp_path, spec())), "--env-file", "-o", str(out)]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert f"directory {out.parent} does not exist" in err
     assert not (tmp_path / "nonexistent").exists()
@@ -665,7 +665,7 @@ def test_cli_launch_output_needs_an_existing_directory(tmp_path, capsys):
 def test_cli_launch_names_the_file_of_malformed_yaml(tmp_path, capsys):
     bad = tmp_path / "bad.yml"
     bad.write_text("name: [unclosed\n")
-    assert main(["launch", str(bad), "--mpirun"]) == 2
+    assert main(["launch", str(bad), "--mpirun"]) == 1
     err = "".join(capsys.readouterr().err.split())  # Rich wraps long lines, paths included
     assert f'in"{bad}",line1' in err
     assert "<unicodestring>" not in err
@@ -674,7 +674,7 @@ def test_cli_launch_names_the_file_of_malformed_yaml(tmp_path, capsys):
 def test_cli_launch_says_an_empty_file_is_empty(tmp_path, capsys):
     empty = tmp_path / "empty.yml"
     empty.write_text("# nothing yet\n")
-    assert main(["launch", str(empty), "--mpijob"]) == 2
+    assert main(["launch", str(empty), "--mpijob"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "the job spec is empty" in err and "must be a YAML mapping" not in err
 
@@ -682,7 +682,7 @@ def test_cli_launch_says_an_empty_file_is_empty(tmp_path, capsys):
 def test_cli_launch_prints_brackets_and_suggests_nodes(tmp_path, capsys):
     data = spec(nodes=None)
     data["node"] = ["gpu-node-1"]
-    assert main(["launch", str(write_spec(tmp_path, data)), "--mpirun"]) == 2
+    assert main(["launch", str(write_spec(tmp_path, data)), "--mpirun"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "did you mean nodes?" in err
     assert "give nodes: [host, ...] (needed for mpirun)" in err  # not eaten as Rich markup
@@ -700,7 +700,7 @@ def test_cli_launch_every_example(path, mode, capsys):
         assert check_mpijob(docs[-1]).ok
 
 
-def test_cli_launch_bad_spec_exits_2_with_the_reason(tmp_path, capsys):
+def test_cli_launch_bad_spec_exits_1_with_the_reason(tmp_path, capsys):
     path = write_spec(tmp_path, spec(network_interface="docker0"))
-    assert main(["launch", str(path), "--mpirun"]) == 2
+    assert main(["launch", str(path), "--mpirun"]) == 1
     assert "docker0" in " ".join(capsys.readouterr().err.split())
