@@ -128,8 +128,9 @@ JOB_SPEC_SCHEMA: dict[str, Any] = {
     "title": "gpucluster job spec",
     "description": "a YAML mapping (name, image, command, ...)",
     "type": "object",
-    "required": ["name", "image", "command"],
+    # Unknown fields first: a misspelt field also shows up as a missing one.
     "additionalProperties": False,
+    "required": ["name", "image", "command"],
     "properties": {
         "name": {"type": "string", "pattern": DNS1035, "maxLength": 63,
                  "description": "a DNS-1035 label (lowercase letters, digits, '-', starting with a letter, at most "
