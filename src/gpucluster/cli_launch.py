@@ -9,9 +9,10 @@ Nothing is executed; running on the cluster is the playbooks' job.
 ``report.png`` (:mod:`gpucluster.report`); ``RESULTS.json`` is the ``results.json`` that
 ``playbooks/benchmark.yml`` writes to ``reports/benchmark-<timestamp>/``.
 
-Both raise :class:`ValueError` (the core's ``launch.JobSpecError``, :class:`gpucluster.report.ResultsError`,
-...) for wrong input; ``gpucluster.cli.main`` prints the
-message as written (Rich markup off: ``give nodes: [host, ...]`` keeps its brackets) and exits 1.
+Both raise :class:`ValueError` for wrong input (the core's ``launch.JobSpecError``,
+:class:`gpucluster.report.ResultsError`, an unwritable ``--output`` / ``--out-dir``);
+``gpucluster.cli.main`` prints the message as written (Rich markup off: ``give nodes: [host, ...]``
+keeps its brackets) and exits 1.
 """
 
 from __future__ import annotations
