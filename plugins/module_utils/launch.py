@@ -30,6 +30,13 @@ A job spec is a YAML mapping (see ``examples/jobs/*.yml``)::
       run_policy: {clean_pod_policy: Running, backoff_limit: 0, ttl_seconds_after_finished: 3600,
                    active_deadline_seconds: 86400}
 
+**Validation.** :func:`parse_job_spec` checks the spec against the JSON Schema
+:data:`~.launch_schema.JOB_SPEC_SCHEMA` (``plugins/module_utils/launch_schema.py``: fields, types,
+ranges, patterns, defaults; unknown fields get a did-you-mean hint) with ``jsonschema``, imported
+inside the function (the controller has it; a managed node importing this module needs it not),
+then runs what a schema cannot express (below: interfaces, NCCL_SOCKET_IFNAME, quantities, the
+runtime profile).
+
 **The environment.** :func:`job_env` is what the job itself sets: the runtime variables the
 spec's ``profile`` names (not the others), then ``nccl_env``, then ``env``. ``mpirun`` exports
 each with ``-x NAME=value`` and forwards every other variable of the runtime profile by name
@@ -67,6 +74,7 @@ the pods; ``scheduleTimeoutSeconds`` is not passed to a Volcano PodGroup); Volca
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 import re
 import shlex
@@ -75,41 +83,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils.launch_schema import (
+    API_VERSIONS,
+    DEFAULT_SHM_SIZE,
+    DEFAULT_SSH_PORT,
+    DEFAULT_TOOLS_DIR,
+    JOB_SPEC_SCHEMA,
+)
 from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import (
+    DEFAULT_GPUS_PER_NODE,
     ProfileError,
     RuntimeProfile,
     build_profile,
     format_value,
 )
 
-API_VERSIONS = {"v2beta1": "kubeflow.org/v2beta1", "v1": "kubeflow.org/v1"}
-DEFAULT_SSH_PORT = 2222
-#: Host path of the network stack's tools: ``training_image_tools_dir`` of
-#: ``roles/training_image/defaults/main.yml`` (the NCCL net plugin goes to its ``nccl-net``,
-#: ``nccl_net_plugin_dir``), so the pods mount what the roles installed.
-DEFAULT_TOOLS_DIR = "/opt/gpucluster/tools"
 #: The MPI hostfile the container_ssh role writes (``container_ssh_hostfile``) in the directory
 #: the training container mounts (``/etc/gpucluster/mpi``).
 DEFAULT_HOSTFILE = "/etc/gpucluster/mpi/hostfile"
-#: ``/dev/shm`` of each pod, mirroring the Docker path's ``--shm-size=32g``
-#: (``training_image_shm_size``; Docker's ``g`` is GiB). Kubernetes' default is 64 MiB, too
-#: small for NCCL's shared-memory transport.
-DEFAULT_SHM_SIZE = "32Gi"
 DEFAULT_POD_INTERFACE = "eth0"
-CLEAN_POD_POLICIES = ("None", "Running", "All")
 #: Variables mpirun forwards from the launcher's own environment (Horovod docs/mpi.rst), so
 #: that ranks started over ssh find the image's binaries and libraries.
 PASSTHROUGH_VARS = ("PATH", "LD_LIBRARY_PATH")
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # Linux IFNAMSIZ is 16 incl. NUL
-_HOSTNAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-# Kubernetes resource quantity, as in the CRD (x-kubernetes-int-or-string pattern).
-_QUANTITY = re.compile(
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
 # Interfaces MPI must never use: the loopback, Docker's bridges and veth pairs, libvirt's
 # bridge. docker0 carries 172.17.0.1 on every Docker host (fixture nccl-logs/E18), virbr0
 # 192.168.122.1 on every libvirt host (E12); lo reaches only the local node (E17).
@@ -200,39 +197,111 @@ class JobSpec:
 
 
 # --------------------------------------------------------------------------------------------
-# Parsing and validation
+# Parsing and validation: the JSON Schema (launch_schema.py), then what a schema cannot say
 # --------------------------------------------------------------------------------------------
 
-_TOP_KEYS = {
-    "name", "image", "command", "nodes", "node_count", "gpus_per_node", "runtime", "profile",
-    "nccl_env", "env", "network_interface", "ssh_port", "hostfile", "k8s",
-}
-_K8S_KEYS = {
-    "api_version", "namespace", "hugepages_1gi", "memory", "shm_size", "tools_dir", "host_network",
-    "network_interface", "ssh_auth_mount_path", "volcano", "run_policy",
-}
-_VOLCANO_KEYS = {"enabled", "queue", "priority_class", "podgroup"}
-_RUN_POLICY_KEYS = {
-    "clean_pod_policy", "backoff_limit", "ttl_seconds_after_finished", "active_deadline_seconds",
-}
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    """A draft 2020-12 validator of :data:`JOB_SPEC_SCHEMA` whose types follow YAML/Python:
+    an integer is an ``int`` (not ``8.0``, not a bool), an array any sequence but a string, an
+    object any mapping (Ansible's types included). jsonschema is imported here, not at module
+    level: only the controller (CLI, filters) parses job specs, never a managed node."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine_many({
+        "integer": lambda _c, v: isinstance(v, int) and not isinstance(v, bool),
+        "array": lambda _c, v: isinstance(v, Sequence) and not isinstance(v, str | bytes),
+        "object": lambda _c, v: isinstance(v, Mapping),
+    })
+    return jsonschema.validators.extend(base, type_checker=checker)(JOB_SPEC_SCHEMA)
 
 
-def _unknown(where: str, data: Mapping[str, Any], allowed: set[str], problems: list[str]) -> None:
-    for key in data:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            hint = f"did you mean {where}{close[0]}? " if close else ""
-            problems.append(f"{where}{key}: unknown field; {hint}allowed: {', '.join(sorted(allowed))}")
+def _drop_nulls(data: Any, schema: Mapping[str, Any]) -> Any:
+    """``data`` without null fields in the schema's fixed-field objects (top level, k8s,
+    k8s.volcano, k8s.run_policy): ``k8s:`` with nothing under it, or a filter passing
+    ``network_interface: None``, means the field is left out. Values of free maps (env) stay."""
+    props = schema.get("properties")
+    if not isinstance(data, Mapping) or props is None:
+        return data
+    return {key: _drop_nulls(value, props.get(key, {})) for key, value in data.items() if value is not None}
 
 
-def _int(value: Any, where: str, problems: list[str], *, minimum: int = 0) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        problems.append(f"{where}={value!r} must be an integer >= {minimum}")
-        return None
-    if value < minimum:
-        problems.append(f"{where}={value} must be >= {minimum}")
-        return None
-    return value
+def _where(path: Sequence[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _described(error) -> Mapping[str, Any]:
+    """The deepest subschema on the error's schema path that says what the value must be
+    (``description``) or what to do (``errorMessage``)."""
+    node: Any = JOB_SPEC_SCHEMA
+    found: Mapping[str, Any] = JOB_SPEC_SCHEMA
+    for part in error.schema_path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break
+        if isinstance(node, Mapping) and ("description" in node or "errorMessage" in node):
+            found = node
+    return found
+
+
+def _schema_message(error) -> list[str]:
+    """One schema error as the lines of a :class:`JobSpecError`: the field, the value, the fix."""
+    path = list(error.absolute_path)
+    where = _where(path)
+    value = error.instance
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        allowed = sorted(error.schema.get("properties", {}))
+        prefix = f"{where}." if where else ""
+        lines = []
+        for key in value:
+            if key in allowed:
+                continue
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {prefix}{close[0]}? " if close else ""
+            lines.append(f"{prefix}{key}: unknown field; {hint}allowed: {', '.join(allowed)}")
+        return lines
+    if "errorMessage" in error.schema:
+        return [error.schema["errorMessage"]]
+    if error.validator == "required":
+        prefix = f"{where}." if where else ""
+        lines = []
+        for key in error.validator_value:
+            if key not in value:
+                prop = error.schema.get("properties", {}).get(key, {})
+                lines.append(f"{prefix}{key} is missing: give {prop.get('description', 'it')}")
+        return lines
+    if error.validator == "uniqueItems":
+        dupes = sorted({str(item) for item in value if list(value).count(item) > 1})
+        return [f"{where}: {', '.join(dupes)} listed twice; give each once"]
+    node = _described(error)
+    if "propertyNames" in error.schema_path:
+        return [f"{where}.{value}: not {node['description']}"]
+    if "errorMessage" in node:
+        return [node["errorMessage"]]
+    if not where:
+        return [f"the job spec must be {node.get('description')}"]
+    free_text = "string" in (node.get("type") or ()) and "pattern" not in node
+    if isinstance(value, bool) and error.validator == "type" and free_text:
+        return [f"{where}={value!r} is a YAML boolean: quote it (e.g. '1' or 'true') so the value is exact"]
+    shown = f"{where}={value!r}" if value is None or isinstance(value, str | int | float) else where
+    return [f"{shown} must be {node.get('description', 'valid: ' + error.message)}"]
+
+
+def schema_problems(data: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The job spec's :data:`JOB_SPEC_SCHEMA` errors as messages, and the paths they are at."""
+    problems: list[str] = []
+    paths: list[tuple[Any, ...]] = []
+    for error in _validator().iter_errors(data):
+        # One error per missing required field, each naming them all: keep each line once.
+        problems += [line for line in _schema_message(error) if line not in problems]
+        paths.append(tuple(error.absolute_path))
+    return problems, paths
 
 
 _QUANTITY_FACTORS = {
@@ -311,206 +380,117 @@ def _nccl_ifname_problem(value: str) -> str | None:
     return None
 
 
-def _env_value(value: Any, where: str, problems: list[str]) -> str | None:
-    if isinstance(value, bool):
-        problems.append(
-            f"{where}={value!r} is a YAML boolean: quote it (e.g. '1' or 'true') so the value is exact"
-        )
-        return None
-    if isinstance(value, int | float):
-        return format_value(value)
-    if isinstance(value, str):
-        if "\n" in value or "\0" in value:
-            problems.append(f"{where}: value contains a newline or NUL; give a single-line value")
-            return None
-        return value
-    problems.append(f"{where}={value!r} must be a string or a number")
-    return None
-
-
-def _env_map(data: Any, where: str, problems: list[str]) -> dict[str, str]:
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        problems.append(f"{where} must be a mapping NAME: value")
-        return {}
-    out: dict[str, str] = {}
-    for name, value in data.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            problems.append(f"{where}.{name}: not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-            continue
-        text = _env_value(value, f"{where}.{name}", problems)
-        if text is not None:
-            out[name] = text
-    return out
+def _env_text(value: str | int | float) -> str:
+    return format_value(value) if isinstance(value, int | float) else value
 
 
 def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
     """Validate a job spec mapping and return a :class:`JobSpec`.
 
-    Every problem found is reported at once in one :class:`JobSpecError` whose lines name the
-    field, what is wrong and the fix.
+    First :data:`JOB_SPEC_SCHEMA` (types, ranges, patterns, unknown fields with a did-you-mean
+    hint, the rules between two k8s fields), then what a schema cannot express: the runtime
+    profile (:func:`build_profile`), ``NCCL_SOCKET_IFNAME`` and MPI interface semantics, the
+    ``/dev/shm`` size against the memory limit, and the rules between ``nodes``,
+    ``node_count``, ``nccl_env``, ``env`` and the profile. Every problem found is reported at
+    once in one :class:`JobSpecError` whose lines name the field, the value and the fix.
     """
+    data = _drop_nulls(data, JOB_SPEC_SCHEMA)
+    problems, flagged = schema_problems(data)
     if not isinstance(data, Mapping):
-        raise JobSpecError(["the job spec must be a YAML mapping (name, image, command, ...)"])
-    problems: list[str] = []
-    _unknown("", data, _TOP_KEYS, problems)
+        raise JobSpecError(problems)
 
-    name = data.get("name")
-    if not isinstance(name, str) or not _DNS1035.match(name) or len(name) > 63:
-        problems.append(
-            f"name={name!r} must be a DNS-1035 label (lowercase letters, digits, '-', starting with a "
-            "letter, at most 63 characters): it names the MPIJob and its pods"
-        )
-    image = data.get("image")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        problems.append(f"image={image!r} must be an image reference, e.g. registry:5000/train:latest")
+    def ok(*path: str) -> bool:
+        """True when the schema found nothing wrong at ``path`` or below it."""
+        return not any(where[: len(path)] == path for where in flagged)
 
     raw_command = data.get("command")
     command: tuple[str, ...] = ()
-    if isinstance(raw_command, str):
+    if isinstance(raw_command, str) and ok("command"):
         try:
             command = tuple(shlex.split(raw_command))
         except ValueError as exc:
             problems.append(f"command: cannot split {raw_command!r} like a shell ({exc}); give a list")
-    elif isinstance(raw_command, Sequence) and all(isinstance(a, str | int | float) for a in raw_command):
-        command = tuple(str(a) for a in raw_command)
-    if not command and not any(p.startswith("command") for p in problems):
-        problems.append(
-            "command must be a non-empty list of arguments (or one string), e.g. [python, train.py]"
-        )
+    elif ok("command"):
+        command = tuple(str(a) for a in raw_command or ())
 
-    gpus = data.get("gpus_per_node", 8)
-    gpus_ok = _int(gpus, "gpus_per_node", problems, minimum=1)
+    nodes = tuple(data.get("nodes") or ()) if ok("nodes") else ()
+    node_count = data.get("node_count", len(nodes))
+    if nodes and "node_count" in data and ok("node_count") and node_count != len(nodes):
+        problems.append(f"node_count={node_count} but nodes lists {len(nodes)} hosts: drop node_count or fix it")
 
-    nodes_raw = data.get("nodes")
-    nodes: tuple[str, ...] = ()
-    if nodes_raw is not None:
-        if isinstance(nodes_raw, str) or not isinstance(nodes_raw, Sequence) or not nodes_raw:
-            problems.append("nodes must be a non-empty list of host names, e.g. [gpu-node-1, gpu-node-2]")
-        else:
-            for host in nodes_raw:
-                if not isinstance(host, str) or not _HOSTNAME.match(host):
-                    problems.append(f"nodes: {host!r} is not a host name (letters, digits, '.', '-', '_')")
-            nodes = tuple(str(h) for h in nodes_raw)
-            dupes = sorted({h for h in nodes if nodes.count(h) > 1})
-            if dupes:
-                problems.append(f"nodes: {', '.join(dupes)} listed twice; give each node once")
-    count_raw = data.get("node_count")
-    node_count = len(nodes)
-    if count_raw is not None:
-        count = _int(count_raw, "node_count", problems, minimum=1)
-        if count is not None:
-            if nodes and count != len(nodes):
-                problems.append(
-                    f"node_count={count} but nodes lists {len(nodes)} hosts: drop node_count or fix it"
-                )
-            node_count = count
-    if nodes_raw is None and count_raw is None:
-        problems.append("give nodes: [host, ...] (needed for mpirun) or node_count: N (enough for an MPIJob)")
-
-    runtime = data.get("runtime", "lightcc")
+    gpus = data.get("gpus_per_node", DEFAULT_GPUS_PER_NODE)
     overrides = data.get("profile") or {}
     profile: RuntimeProfile | None = None
     profile_set: tuple[str, ...] = ()
-    if not isinstance(overrides, Mapping):
-        problems.append("profile must be a mapping of runtime variables, e.g. {LIGHT_TOPK_RATIO: 0.01}")
-    elif gpus_ok is not None:
+    if ok("gpus_per_node") and ok("runtime") and ok("profile"):
         try:
-            profile = build_profile(str(runtime), overrides, gpus_per_node=gpus_ok)
+            profile = build_profile(data.get("runtime", "lightcc"), overrides, gpus_per_node=gpus)
             # build_profile's spelling rule: names are case-insensitive, surrounding blanks ignored.
             given = {str(key).strip().upper() for key in overrides}
             profile_set = tuple(name for name in profile.values if name in given)
         except ProfileError as exc:
             problems.extend(f"profile: {p}" if not p.startswith("runtime=") else p for p in exc.problems)
 
-    nccl_env = _env_map(data.get("nccl_env"), "nccl_env", problems)
-    for key in nccl_env:
-        if not key.startswith("NCCL_"):
-            problems.append(f"nccl_env.{key}: only NCCL_* variables belong here; move it to env")
-    if "NCCL_SOCKET_IFNAME" in nccl_env:
-        problem = _nccl_ifname_problem(nccl_env["NCCL_SOCKET_IFNAME"])
+    nccl = {k: _env_text(v) for k, v in (data.get("nccl_env") or {}).items()} if ok("nccl_env") else {}
+    if "NCCL_SOCKET_IFNAME" in nccl:
+        problem = _nccl_ifname_problem(nccl["NCCL_SOCKET_IFNAME"])
         if problem:
             problems.append(problem)
-    env = _env_map(data.get("env"), "env", problems)
+    env = {k: _env_text(v) for k, v in (data.get("env") or {}).items()} if ok("env") else {}
     profile_names = set(profile.values) if profile else set()
     for key in env:
-        if key in nccl_env:
+        if key in nccl:
             problems.append(f"env.{key} is also in nccl_env: set it once")
         if key in profile_names or key.startswith("LIGHT_"):
-            problems.append(
-                f"env.{key} is a runtime profile variable: set it under profile so it is validated"
-            )
-        if key.startswith("NCCL_") and key not in nccl_env:
-            problems.append(
-                f"env.{key}: put NCCL variables under nccl_env (checked and merged with facts there)"
-            )
+            problems.append(f"env.{key} is a runtime profile variable: set it under profile so it is validated")
+        if key.startswith("NCCL_") and key not in nccl:
+            problems.append(f"env.{key}: put NCCL variables under nccl_env (checked and merged with facts there)")
 
     iface = data.get("network_interface")
-    if iface is not None:
+    if iface is not None and ok("network_interface"):
         problem = interface_problem(iface)
         if problem:
             problems.append(problem)
 
-    ssh_port = data.get("ssh_port", DEFAULT_SSH_PORT)
-    if _int(ssh_port, "ssh_port", problems, minimum=1) is not None and ssh_port > 65535:
-        problems.append(f"ssh_port={ssh_port} must be a TCP port (1-65535)")
-
-    hostfile = data.get("hostfile")
-    if hostfile is not None and (not isinstance(hostfile, str) or not hostfile.strip()):
-        problems.append("hostfile must be a path (in the launching container) or left out")
-
-    k8s = _parse_k8s(data.get("k8s") or {}, problems)
-
+    _check_k8s(data.get("k8s") or {}, problems, ok)
     if problems:
         raise JobSpecError(problems)
-    assert profile is not None and gpus_ok is not None
+    assert profile is not None
     return JobSpec(
-        name=name,
-        image=image,
+        name=data["name"],
+        image=data["image"],
         command=command,
         node_count=node_count,
-        gpus_per_node=gpus_ok,
+        gpus_per_node=gpus,
         profile=profile,
-        nodes=nodes,
+        nodes=tuple(str(h) for h in nodes),
         profile_set=profile_set,
-        nccl_env=nccl_env,
+        nccl_env=nccl,
         env=env,
         network_interface=iface,
-        ssh_port=ssh_port,
-        hostfile=hostfile,
-        k8s=k8s,
+        ssh_port=data.get("ssh_port", DEFAULT_SSH_PORT),
+        hostfile=data.get("hostfile"),
+        k8s=_k8s_spec(data.get("k8s") or {}),
     )
 
 
-def _parse_k8s(data: Any, problems: list[str]) -> K8sSpec:
-    if not isinstance(data, Mapping):
-        problems.append("k8s must be a mapping of MPIJob options")
-        return K8sSpec()
-    _unknown("k8s.", data, _K8S_KEYS, problems)
-    api_version = data.get("api_version", "v2beta1")
-    if api_version not in API_VERSIONS:
-        problems.append(f"k8s.api_version={api_version!r} must be one of {sorted(API_VERSIONS)}")
-    namespace = data.get("namespace", "default")
-    if not isinstance(namespace, str) or not _DNS1123.match(namespace) or len(namespace) > 63:
-        problems.append(f"k8s.namespace={namespace!r} must be a DNS-1123 label, e.g. default")
-    hugepages = data.get("hugepages_1gi", 0)
-    _int(hugepages, "k8s.hugepages_1gi", problems)
+def _quantities(data: Mapping[str, Any]) -> tuple[str | None, str]:
+    """``k8s.memory`` and ``k8s.shm_size`` as Kubernetes quantity strings (YAML may give ints)."""
     memory = data.get("memory")
-    if memory is not None:
-        if isinstance(memory, int) and not isinstance(memory, bool):
-            memory = str(memory)
-        if not isinstance(memory, str) or not _QUANTITY.match(memory):
-            problems.append(f"k8s.memory={memory!r} must be a Kubernetes quantity, e.g. 512Gi")
-    shm_size = data.get("shm_size", DEFAULT_SHM_SIZE)
-    if isinstance(shm_size, int) and not isinstance(shm_size, bool):
-        shm_size = str(shm_size)
-    if not isinstance(shm_size, str) or not _QUANTITY.match(shm_size) or _quantity_bytes(shm_size) == 0:
+    return (None if memory is None else str(memory)), str(data.get("shm_size", DEFAULT_SHM_SIZE))
+
+
+def _check_k8s(data: Any, problems: list[str], ok) -> None:
+    """The k8s checks after the schema: quantities compared, the pod interface refused."""
+    if not isinstance(data, Mapping):
+        return
+    memory, shm_size = _quantities(data)
+    if ok("k8s", "shm_size") and _quantity_bytes(shm_size) == 0:
         problems.append(
             f"k8s.shm_size={shm_size!r} must be a positive Kubernetes quantity, e.g. {DEFAULT_SHM_SIZE} "
             "(the pods' /dev/shm; the Docker path runs with --shm-size=32g)"
         )
-    elif isinstance(memory, str) and _QUANTITY.match(memory):
+    elif memory is not None and ok("k8s", "shm_size") and ok("k8s", "memory"):
         shm_bytes, mem_bytes = _quantity_bytes(shm_size), _quantity_bytes(memory)
         if shm_bytes is not None and mem_bytes is not None and shm_bytes >= mem_bytes:
             problems.append(
@@ -518,85 +498,28 @@ def _parse_k8s(data: Any, problems: list[str]) -> K8sSpec:
                 "emptyDir whose pages count against the worker's memory limit, so raise k8s.memory "
                 "(shm plus what the training process needs) or lower k8s.shm_size"
             )
-    if isinstance(hugepages, int) and hugepages > 0 and memory is None:
-        problems.append(
-            "k8s.hugepages_1gi is set but k8s.memory is not: Kubernetes admits hugepages only with a "
-            "cpu or memory request, so set k8s.memory (e.g. 512Gi)"
-        )
-    tools_dir = data.get("tools_dir", DEFAULT_TOOLS_DIR)
-    if not isinstance(tools_dir, str) or not tools_dir.startswith("/"):
-        problems.append(
-            f"k8s.tools_dir={tools_dir!r} must be an absolute host path, e.g. {DEFAULT_TOOLS_DIR}"
-        )
-    host_network = data.get("host_network", False)
-    if not isinstance(host_network, bool):
-        problems.append("k8s.host_network must be true or false")
     pod_iface = data.get("network_interface")
-    if pod_iface is not None:
+    if pod_iface is not None and ok("k8s", "network_interface"):
         problem = interface_problem(pod_iface, "k8s.network_interface")
         if problem:
             problems.append(problem)
-    ssh_path = data.get("ssh_auth_mount_path", "/root/.ssh")
-    if not isinstance(ssh_path, str) or not ssh_path.startswith("/"):
-        problems.append("k8s.ssh_auth_mount_path must be an absolute path, e.g. /root/.ssh")
 
-    volcano_raw = data.get("volcano") or {}
-    volcano = VolcanoSpec()
-    if not isinstance(volcano_raw, Mapping):
-        problems.append("k8s.volcano must be a mapping {enabled, queue, priority_class, podgroup}")
-    else:
-        _unknown("k8s.volcano.", volcano_raw, _VOLCANO_KEYS, problems)
-        enabled = volcano_raw.get("enabled", False)
-        podgroup = volcano_raw.get("podgroup", False)
-        queue = volcano_raw.get("queue", "default")
-        prio = volcano_raw.get("priority_class")
-        for key, val in (("enabled", enabled), ("podgroup", podgroup)):
-            if not isinstance(val, bool):
-                problems.append(f"k8s.volcano.{key} must be true or false")
-        if not isinstance(queue, str) or not _DNS1123.match(queue):
-            problems.append(f"k8s.volcano.queue={queue!r} must be a Volcano queue name, e.g. default")
-        if prio is not None and (not isinstance(prio, str) or not _DNS1123.match(prio)):
-            problems.append(f"k8s.volcano.priority_class={prio!r} must be a PriorityClass name")
-        if podgroup is True and enabled is not True:
-            problems.append("k8s.volcano.podgroup needs k8s.volcano.enabled: true")
-        volcano = VolcanoSpec(enabled=enabled is True, queue=str(queue), priority_class=prio,
-                              podgroup=podgroup is True)
 
-    rp_raw = data.get("run_policy") or {}
-    run_policy = RunPolicySpec()
-    if not isinstance(rp_raw, Mapping):
-        problems.append("k8s.run_policy must be a mapping")
-    else:
-        _unknown("k8s.run_policy.", rp_raw, _RUN_POLICY_KEYS, problems)
-        clean = rp_raw.get("clean_pod_policy", "Running")
-        if clean not in CLEAN_POD_POLICIES:
-            problems.append(
-                f"k8s.run_policy.clean_pod_policy={clean!r} must be one of {list(CLEAN_POD_POLICIES)}"
-            )
-        ints: dict[str, int | None] = {}
-        minima = (("backoff_limit", 0), ("ttl_seconds_after_finished", 0), ("active_deadline_seconds", 1))
-        for key, minimum in minima:
-            val = rp_raw.get(key)
-            ints[key] = None if val is None else _int(val, f"k8s.run_policy.{key}", problems, minimum=minimum)
-        run_policy = RunPolicySpec(clean_pod_policy=str(clean), **ints)
-
-    if host_network is True and pod_iface is None:
-        problems.append(
-            "k8s.host_network is true but k8s.network_interface is not set: with host networking the "
-            "pods see the node's NICs, so name the routable one (e.g. ens1f0np0)"
-        )
+def _k8s_spec(data: Mapping[str, Any]) -> K8sSpec:
+    """The :class:`K8sSpec` of a k8s mapping that passed every check."""
+    memory, shm_size = _quantities(data)
     return K8sSpec(
-        api_version=str(api_version),
-        namespace=str(namespace),
-        hugepages_1gi=hugepages if isinstance(hugepages, int) else 0,
+        api_version=data.get("api_version", "v2beta1"),
+        namespace=data.get("namespace", "default"),
+        hugepages_1gi=data.get("hugepages_1gi", 0),
         memory=memory,
-        shm_size=str(shm_size),
-        tools_dir=str(tools_dir),
-        host_network=host_network is True,
-        network_interface=pod_iface,
-        ssh_auth_mount_path=str(ssh_path),
-        volcano=volcano,
-        run_policy=run_policy,
+        shm_size=shm_size,
+        tools_dir=data.get("tools_dir", DEFAULT_TOOLS_DIR),
+        host_network=data.get("host_network", False),
+        network_interface=data.get("network_interface"),
+        ssh_auth_mount_path=data.get("ssh_auth_mount_path", "/root/.ssh"),
+        volcano=VolcanoSpec(**(data.get("volcano") or {})),
+        run_policy=RunPolicySpec(**(data.get("run_policy") or {})),
     )
 
 

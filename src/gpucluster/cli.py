@@ -2,11 +2,17 @@
 
 Subcommands register themselves through ``COMMANDS``: each entry adds a sub-parser and
 returns the function that runs it, so that features live in their own modules.
+
+Exit status: 0 done; 1 the input is wrong or a check failed (a bad job spec or results file,
+an unwritable output path, an unreachable host: one message naming what and the fix, no
+traceback); 2 the command line itself is wrong (argparse's usage errors). Bare ``gpucluster``
+prints the help and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 from collections.abc import Callable
@@ -17,10 +23,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+import gpucluster
 from gpucluster.cli_launch import add_launch, add_report
 from gpucluster.converge_bench import add_bench
 
 console = Console(stderr=True)
+
+#: Exit status when the input is wrong or a check failed (usage errors exit 2, from argparse).
+EXIT_INPUT = 1
 
 
 def _sandbox(sub: argparse._SubParsersAction) -> None:
@@ -101,22 +111,42 @@ def run_hosts(args: argparse.Namespace) -> int:
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report, add_bench]
 
 
+def version() -> str:
+    """The installed distribution's version; ``gpucluster.__version__`` when run from a
+    checkout that is not installed (``PYTHONPATH=src``)."""
+    try:
+        return importlib.metadata.version("gpucluster")
+    except importlib.metadata.PackageNotFoundError:
+        return gpucluster.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpucluster", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="gpucluster", description=gpucluster.__doc__,
+                                     epilog="exit status: 0 done, 1 wrong input or a failed check, 2 usage error")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
     return parser
 
 
+def print_error(exc: BaseException | str) -> None:
+    """``error: <message>`` on stderr. The message is text, not Rich markup ("[host, ...]" in it
+    prints as written), and is not wrapped at the terminal width (a path stays on one line)."""
+    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         return args.func(args)
-    except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
-        # The message is text, not Rich markup: "[host, ...]" in it must print as written.
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        return 2
+    except (RuntimeError, ValueError, OSError, docker.errors.DockerException) as exc:
+        print_error(exc)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

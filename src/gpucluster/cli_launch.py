@@ -9,8 +9,10 @@ Nothing is executed; running on the cluster is the playbooks' job.
 ``report.png`` (:mod:`gpucluster.report`); ``RESULTS.json`` is the ``results.json`` that
 ``playbooks/benchmark.yml`` writes to ``reports/benchmark-<timestamp>/``.
 
-Errors print with Rich markup off: a message such as ``give nodes: [host, ...]`` would
-otherwise lose its brackets as a markup tag.
+Both raise :class:`ValueError` for wrong input (the core's ``launch.JobSpecError``,
+:class:`gpucluster.report.ResultsError`, an unwritable ``--output`` / ``--out-dir``);
+``gpucluster.cli.main`` prints the message as written (Rich markup off: ``give nodes: [host, ...]``
+keeps its brackets) and exits 1.
 """
 
 from __future__ import annotations
@@ -41,25 +43,11 @@ def add_launch(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_launch)
 
 
-def _error(exc: Exception) -> int:
-    """Print ``exc`` like ``gpucluster.cli.main`` does, but as plain text; exit status 2."""
-    console.print(f"[red]error:[/red] {escape(str(exc))}")
-    return 2
-
-
 def run_launch(args: argparse.Namespace) -> int:
     from ansible_collections.gpucluster.cluster.plugins.module_utils import launch
+    from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import render_env_file
 
     from gpucluster import mpijob
-
-    try:
-        return _run_launch(args, launch, mpijob)
-    except ValueError as exc:
-        return _error(exc)
-
-
-def _run_launch(args: argparse.Namespace, launch, mpijob) -> int:
-    from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import render_env_file
 
     if args.output is not None and not args.output.parent.is_dir():
         raise ValueError(
@@ -86,8 +74,11 @@ def _run_launch(args: argparse.Namespace, launch, mpijob) -> int:
         try:
             args.output.write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise ValueError(f"--output {args.output}: cannot write ({exc.strerror or exc})") from exc
-        console.print(f"wrote {args.output}")
+            raise ValueError(
+                f"--output {args.output}: cannot write ({exc.strerror or exc}); give a file in a directory "
+                "you can write"
+            ) from exc
+        console.print(f"wrote {escape(str(args.output))}")
     else:
         sys.stdout.write(text)
     return 0
@@ -98,27 +89,27 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     p.add_argument("results", type=Path,
                    help="the results.json playbooks/benchmark.yml writes (reports/benchmark-<timestamp>/): "
                         "[{gpus, nodes, runtime, throughput, unit}, ...]")
-    p.add_argument("--out-dir", type=Path, required=True, help="directory for report.json/.md/.png")
+    p.add_argument("--out-dir", type=Path, required=True,
+                   help="directory for report.json/.md/.png (made when missing; its parent must exist)")
     p.add_argument("--title", default=None, help="report title (default: the file's title)")
     p.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from gpucluster.report import ResultsError, write_report
+    from gpucluster.report import OutDirError, ResultsError, write_report
 
     try:
-        try:
-            data = json.loads(args.results.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ValueError(f"{args.results}: cannot read the results ({exc.strerror or exc})") from exc
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{args.results}: not valid JSON ({exc})") from exc
-        try:
-            paths = write_report(data, args.out_dir, title=args.title)
-        except ResultsError as exc:
-            raise ValueError(f"{args.results}: {exc}") from exc
-    except ValueError as exc:
-        return _error(exc)
+        data = json.loads(args.results.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{args.results}: cannot read the results ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{args.results}: not valid JSON ({exc})") from exc
+    try:
+        paths = write_report(data, args.out_dir, title=args.title)
+    except ResultsError as exc:
+        raise ValueError(f"{args.results}: {exc}") from exc
+    except OutDirError as exc:
+        raise ValueError(f"--out-dir {exc}") from exc
     for kind, path in paths.items():
-        console.print(f"wrote {kind}: {path}")
+        console.print(f"wrote {kind}: {escape(str(path))}")
     return 0

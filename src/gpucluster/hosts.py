@@ -8,17 +8,20 @@ and write ``<inventory-dir>/hosts.yml``. Existing files are merged: hosts and va
 user added are kept, a backup of the old file is kept beside it. A login user other than
 root gets ``ansible_become: true`` (every stage changes the system). An inventory directory
 without ``group_vars/`` gets a copy of ``inventory/sample/group_vars`` (every stage's
-settings at their defaults), with ``training_image_ref`` set from ``--image`` when given.
+settings at their defaults; the wheel carries it as package data), with ``training_image_ref``
+set from ``--image`` when given.
 """
 
 from __future__ import annotations
 
 import getpass
+import importlib.resources
 import re
 import shlex
 import shutil
 import time
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import paramiko
@@ -161,23 +164,57 @@ def render_inventory(facts: list[HostFacts], user: str, key: Path, existing: dic
     return doc
 
 
-SAMPLE_GROUP_VARS = Path(__file__).resolve().parents[2] / "inventory" / "sample" / "group_vars"
+#: Where the sample inventory is: ``inventory/sample`` of the checkout this module runs from,
+#: else the wheel's package data ``gpucluster.sample_inventory`` (the same files, mapped in
+#: pyproject.toml).
+SAMPLE_PACKAGE = "gpucluster.sample_inventory"
 SAMPLE_IMAGE_REF = "registry.example.com/team/horovod-lightcc:1.0"
 
 
-def seed_group_vars(inventory_dir: Path, image: str | None = None, sample: Path = SAMPLE_GROUP_VARS) -> list[str]:
+def sample_inventory() -> Traversable | None:
+    """The sample inventory directory (``hosts.yml``, ``group_vars/all/*.yml``), or None.
+
+    Run from a checkout (``src/gpucluster`` beside ``galaxy.yml``: ``PYTHONPATH=src`` or an
+    editable install), that checkout's ``inventory/sample``; installed from the wheel, its package
+    data, read with :mod:`importlib.resources` (so no path outside the installed package)."""
+    checkout = Path(__file__).resolve().parents[2]
+    if Path(__file__).resolve().parent.parent.name == "src" and (checkout / "galaxy.yml").is_file():
+        sample = checkout / "inventory" / "sample"
+        return sample if sample.is_dir() else None
+    try:
+        files = importlib.resources.files(SAMPLE_PACKAGE)
+    except ModuleNotFoundError:
+        return None
+    return files if files.joinpath("group_vars").is_dir() else None
+
+
+def _copy_tree(src: Traversable, dest: Path) -> None:
+    """``shutil.copytree`` for a :class:`~importlib.resources.abc.Traversable` (a directory of
+    package data, which need not be a file system path)."""
+    dest.mkdir(parents=True)
+    for item in src.iterdir():
+        if item.is_dir():
+            _copy_tree(item, dest / item.name)
+        elif item.name.endswith(".yml"):
+            (dest / item.name).write_bytes(item.read_bytes())
+
+
+def seed_group_vars(inventory_dir: Path, image: str | None = None, sample: Traversable | None = None) -> list[str]:
     """Give ``inventory_dir`` the sample's group_vars when it has none; returns what to do next.
 
     An existing ``group_vars/`` is the user's and is never touched. ``image`` replaces the
     sample's example ``training_image_ref`` (registry.example.com/...), which cannot be pulled.
+    ``sample``: the sample inventory directory (default :func:`sample_inventory`).
     """
     dest = inventory_dir / "group_vars"
     if dest.exists():
         return []
-    if not sample.is_dir():
-        return [f"no {dest}: copy inventory/sample/group_vars there from a gpucluster checkout"]
-    shutil.copytree(sample, dest)
-    todo = [f"{dest} copied from {sample}: every stage at its defaults; review it"]
+    sample = sample if sample is not None else sample_inventory()
+    if sample is None or not sample.joinpath("group_vars").is_dir():
+        return [f"no {dest}: copy inventory/sample/group_vars there from a gpucluster checkout "
+                f"(this installation has no package data {SAMPLE_PACKAGE})"]
+    _copy_tree(sample.joinpath("group_vars"), dest)
+    todo = [f"{dest} copied from the sample inventory (inventory/sample): every stage at its defaults; review it"]
     ref_file = dest / "all" / "training_image.yml"
     if image:
         text = ref_file.read_text()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -223,40 +225,74 @@ def _signed_pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1f} %"
 
 
-def render_plot(report: Mapping[str, Any], path: str | Path) -> Path:
-    """Write a PNG: throughput vs GPU count (with each runtime's ideal N x T(1), dashed) and
-    scaling efficiency vs GPU count (ideal 100 %). Uses matplotlib's Agg canvas directly, so
-    no display and no global pyplot state."""
+def node_boundary(report: Mapping[str, Any]) -> int | None:
+    """GPUs per node where the points change from one node to several, or None when the report
+    has no points on both sides. Taken from the multi-node points (GPUs / nodes, when every one
+    agrees), else the largest single-node GPU count."""
+    points = [p for pts in report["series"].values() for p in pts]
+    intra = [p["gpus"] for p in points if p["nodes"] == 1]
+    multi = [p for p in points if p["nodes"] > 1]
+    if not intra or not multi:
+        return None
+    per_node = {p["gpus"] / p["nodes"] for p in multi}
+    if len(per_node) == 1 and float(next(iter(per_node))).is_integer():
+        return int(next(iter(per_node)))
+    return max(intra)
+
+
+def build_figure(report: Mapping[str, Any]):
+    """The report's matplotlib ``Figure``, two panels:
+
+    - throughput vs GPUs, log-log (both axes base 2), so that ideal scaling N x T(1) is a straight
+      line of slope 1: one dashed ideal line per runtime, from that runtime's own 1-GPU baseline;
+    - scaling efficiency T(N) / (N x T(1)) vs GPUs (log2 x, linear y), ideal the 100 % line.
+
+    Both mark the boundary between intra-node and multi-node points (:func:`node_boundary`) with
+    a vertical dotted line at the GPUs per node. Uses matplotlib's Agg canvas directly, so no
+    display and no global pyplot state.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-    path = Path(path)
     fig = Figure(figsize=(11, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     ax_tp, ax_eff = fig.subplots(1, 2)
     counts = sorted({p["gpus"] for points in report["series"].values() for p in points})
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
     for runtime in report["runtimes"]:
         points = report["series"][runtime]
         gpus = [p["gpus"] for p in points]
         (line,) = ax_tp.plot(gpus, [p["throughput"] for p in points], marker="o", label=runtime)
         if all(p["ideal"] is not None for p in points):
+            base = points[0]["ideal"] / points[0]["gpus"]
             ax_tp.plot(gpus, [p["ideal"] for p in points], linestyle="--", color=line.get_color(),
-                       alpha=0.6, label=f"{runtime} ideal (N x T(1))")
+                       alpha=0.6, label=f"{runtime} ideal N x {base:g}")
             ax_eff.plot(gpus, [p["efficiency"] * 100 for p in points], marker="o", color=line.get_color(),
                         label=runtime)
     ax_eff.axhline(100, linestyle="--", color="grey", label="ideal (100 %)")
+    ax_tp.set_yscale("log", base=2, nonpositive="mask")
+    ax_tp.yaxis.set_major_locator(LogLocator(base=2, subs=(1.0, 1.5)))
+    ax_tp.yaxis.set_major_formatter(plain)
+    ax_tp.yaxis.set_minor_locator(NullLocator())
+    boundary = node_boundary(report)
     for ax in (ax_tp, ax_eff):
-        if len(counts) > 1 and counts[-1] / counts[0] >= 4:
-            ax.set_xscale("log", base=2)
+        ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(counts))
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_major_formatter(plain)
         ax.set_xlabel("GPUs")
+        if boundary is not None:
+            ax.axvline(boundary, linestyle=":", color="black", linewidth=1.2,
+                       label=f"node boundary ({boundary} GPU{'s' if boundary > 1 else ''} per node)")
+            ax.text(boundary, 0.5, " intra-node | multi-node ", transform=ax.get_xaxis_transform(), rotation=90,
+                    ha="center", va="center", fontsize="x-small", backgroundcolor="white")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
-    ax_tp.set_ylabel(f"throughput ({report['unit']})")
-    ax_tp.set_title("Throughput")
+    # Rising lines leave the throughput panel's upper left free; efficiency falls from 100 %.
+    ax_tp.legend(fontsize="small", loc="upper left")
+    ax_eff.legend(fontsize="small", loc="lower left")
+    ax_tp.set_ylabel(f"throughput ({report['unit']}, log scale)")
+    ax_tp.set_title("Throughput (log-log: ideal scaling is straight)")
     ax_eff.set_ylabel("scaling efficiency (%)")
     top = max([p["efficiency"] * 100 for pts in report["series"].values() for p in pts
                if p["efficiency"] is not None] + [100.0])
@@ -264,19 +300,59 @@ def render_plot(report: Mapping[str, Any], path: str | Path) -> Path:
     ax_eff.set_title("Scaling efficiency T(N) / (N x T(1))")
     fig.suptitle(report["title"])
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    return fig
+
+
+def render_plot(report: Mapping[str, Any], path: str | Path) -> Path:
+    """Write :func:`build_figure` as a PNG to ``path`` (its directory must exist)."""
+    path = Path(path)
+    build_figure(report).savefig(path, format="png")
     return path
+
+
+class OutDirError(ValueError):
+    """The report's directory cannot be made or written; the message starts with the path and
+    ends with the fix."""
+
+
+def prepare_out_dir(out_dir: str | Path) -> Path:
+    """Make ``out_dir`` (one level: its parent must exist) and check that it can be written."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutDirError(f"{out}: exists and is not a directory; give a directory (it is made when missing)")
+    if not out.exists():
+        parent = out.parent
+        if parent.exists() and not parent.is_dir():
+            raise OutDirError(f"{out}: its parent {parent} is not a directory; give a path inside a directory")
+        if not parent.exists():
+            raise OutDirError(
+                f"{out}: its parent {parent} does not exist; create it first (mkdir -p {shlex.quote(str(parent))}) "
+                "or give another directory"
+            )
+        try:
+            out.mkdir()
+        except OSError as exc:
+            raise OutDirError(
+                f"{out}: cannot create it ({exc.strerror or exc}); give a directory you can write"
+            ) from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutDirError(f"{out}: not writable by this user; give a directory you can write")
+    return out
 
 
 def write_report(results: Any, out_dir: str | Path, *, title: str | None = None) -> dict[str, Path]:
     """Build the report and write ``report.json``, ``report.md`` and ``report.png`` to
-    ``out_dir``; returns ``{"json": path, "markdown": path, "png": path}``."""
+    ``out_dir`` (made when missing; its parent must exist); returns ``{"json": path,
+    "markdown": path, "png": path}``. Bad results raise :class:`ResultsError` and a directory
+    that cannot be written :class:`OutDirError`, both before any file is written."""
     report = build_report(results, title=title)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_out_dir(out_dir)
     paths = {"json": out / "report.json", "markdown": out / "report.md", "png": out / "report.png"}
-    paths["json"].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
-    render_plot(report, paths["png"])
+    try:
+        paths["json"].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        paths["markdown"].write_text(render_markdown(report), encoding="utf-8")
+        render_plot(report, paths["png"])
+    except OSError as exc:
+        raise OutDirError(f"{out}: cannot write the report ({exc.strerror or exc}); give a directory you can "
+                          "write, with free space") from exc
     return paths

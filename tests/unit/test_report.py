@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import pytest
 
 from gpucluster.cli import main
-from gpucluster.report import ResultsError, build_report, load_results, render_markdown, write_report
+from gpucluster.report import (
+    OutDirError,
+    ResultsError,
+    build_figure,
+    build_report,
+    load_results,
+    node_boundary,
+    render_markdown,
+    write_report,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -137,12 +147,14 @@ def test_cli_report_writes_three_files(tmp_path, capsys):
     assert png_size((out / "report.png").read_bytes()) == (1100, 450)
 
 
-def test_cli_report_bad_input_exits_2(tmp_path, capsys):
+def test_cli_report_bad_input_exits_1(tmp_path, capsys):
     bad = tmp_path / "results.json"
     bad.write_text("{not json")
-    assert main(["report", str(bad), "--out-dir", str(tmp_path / "r")]) == 2
+    assert main(["report", str(bad), "--out-dir", str(tmp_path / "r")]) == 1
     assert "not valid JSON" in " ".join(capsys.readouterr().err.split())  # rich wraps lines
-    assert main(["report", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path / "r")]) == 2
+    assert main(["report", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path / "r")]) == 1
+    assert "cannot read the results (No such file or directory)" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_cli_report_says_which_file_it_expects_for_a_report_or_validate_json(tmp_path, capsys):
@@ -154,9 +166,107 @@ def test_cli_report_says_which_file_it_expects_for_a_report_or_validate_json(tmp
     validate_json.write_text(json.dumps({"all_correct": True, "hosts": ["n1"], "max_busbw_gbps": 1.0, "nodes": 1,
                                          "op": "allreduce", "ranks": 2, "rows": []}))
     for path, needle in ((report_json, "this is a report.json"), (validate_json, "this is a validate-*.json")):
-        assert main(["report", str(path), "--out-dir", str(tmp_path / "r")]) == 2
+        assert main(["report", str(path), "--out-dir", str(tmp_path / "r")]) == 1
         err = " ".join(capsys.readouterr().err.split())  # Rich wraps lines
         assert needle in err
         assert "results.json that playbooks/benchmark.yml writes" in err
         assert str(path) in "".join(err.split())  # the file given is named
     assert not (tmp_path / "r").exists()
+
+
+# ---------------------------------------------------------------- the plot
+
+
+def _lines(ax):
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_throughput_plot_is_log_log_with_one_straight_ideal_per_runtime():
+    report = build_report(RESULTS)
+    ax_tp, ax_eff = build_figure(report).axes
+    assert (ax_tp.get_xscale(), ax_tp.get_yscale()) == ("log", "log")
+    assert ax_tp.xaxis.get_transform().base == 2 and ax_tp.yaxis.get_transform().base == 2
+    assert ax_eff.get_xscale() == "log" and ax_eff.get_yscale() == "linear"
+    lines = _lines(ax_tp)
+    ideals = {label: line for label, line in lines.items() if " ideal " in label}
+    assert sorted(ideals) == ["horovod ideal N x 124.7", "lightcc ideal N x 125"]
+    for label, line in ideals.items():
+        base = {"horovod": 124.7, "lightcc": 125.0}[label.split()[0]]
+        x, y = (list(map(float, v)) for v in line.get_data())
+        assert x == [1.0, 8.0, 16.0]
+        assert y == pytest.approx([n * base for n in x])
+        # Straight on the log-log axes: the same slope (1) between every pair of points.
+        screen = ax_tp.transData.transform(list(zip(x, y, strict=True)))
+        slopes = {round((b[1] - a[1]) / (b[0] - a[0]), 6) for a, b in zip(screen, screen[1:], strict=False)}
+        assert len(slopes) == 1
+    measured = lines["horovod"]
+    assert list(measured.get_ydata()) == [124.7, 900.0, 1700.0]
+
+
+def test_plot_marks_the_node_boundary_at_gpus_per_node():
+    report = build_report(RESULTS)
+    assert node_boundary(report) == 8
+    for ax in build_figure(report).axes:
+        boundary = _lines(ax)["node boundary (8 GPUs per node)"]
+        assert boundary.get_linestyle() == ":"
+        assert list(boundary.get_xdata()) == [8, 8]
+        assert any("multi-node" in t.get_text() for t in ax.texts)
+
+
+def test_node_boundary_needs_points_on_both_sides():
+    one_node = [r for r in RESULTS if r["nodes"] == 1]
+    assert node_boundary(build_report(one_node)) is None
+    fig = build_figure(build_report(one_node))
+    assert not any(label.startswith("node boundary") for label in _lines(fig.axes[0]))
+    # One rank per node (the CPU sandbox): the boundary is at 1.
+    cpu = [{"gpus": n, "nodes": n, "runtime": "cpu", "throughput": 50.0 * n} for n in (1, 2, 3)]
+    assert node_boundary(build_report(cpu)) == 1
+
+
+# ---------------------------------------------------------------- the output directory
+
+
+def test_out_dir_whose_parent_is_missing_or_a_file_is_refused_before_writing(tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(OutDirError, match=r"its parent .*/no/such does not exist; create it first \(mkdir -p"):
+        write_report(RESULTS, missing)
+    assert not (tmp_path / "no").exists()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(OutDirError, match="exists and is not a directory"):
+        write_report(RESULTS, afile)
+    with pytest.raises(OutDirError, match="afile is not a directory"):
+        write_report(RESULTS, afile / "r")
+
+
+def test_bad_results_are_reported_before_the_out_dir_is_made(tmp_path):
+    with pytest.raises(ResultsError):
+        write_report([], tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("where", ["missing-parent", "file-parent"])
+def test_cli_report_unwritable_out_dir_is_one_line_exit_1(tmp_path, capsys, where):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(RESULTS))
+    if where == "file-parent":
+        (tmp_path / "afile").write_text("x")
+        out = tmp_path / "afile" / "report"
+    else:
+        out = tmp_path / "deep" / "er" / "report"
+    assert main(["report", str(results), "--out-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err  # one line, whatever the terminal width
+    assert err.startswith(f"error: --out-dir {out}: its parent {out.parent} ")
+    fix = "give a path inside a directory" if where == "file-parent" else f"mkdir -p {out.parent}"
+    assert fix in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
+def test_cli_report_read_only_parent(tmp_path, capsys):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(RESULTS))
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    assert main(["report", str(results), "--out-dir", str(ro / "r")]) == 1
+    assert "cannot create it (Permission denied); give a directory you can write" in capsys.readouterr().err

@@ -1,9 +1,16 @@
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gpucluster import hosts
+from tests.conftest import ROOT
 
 LSPCI = """00:00.0 Host bridge [0600]: Intel Corporation Device [8086:09a2] (rev 04)
 17:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)
@@ -65,7 +72,7 @@ def test_group_vars_come_from_the_sample_once_with_the_image(tmp_path):
     ref = yaml.safe_load((tmp_path / "group_vars/all/training_image.yml").read_text())["training_image_ref"]
     assert ref == "registry.test/team/train:2"
     assert sorted(p.name for p in (tmp_path / "group_vars/all").iterdir()) == sorted(
-        p.name for p in hosts.SAMPLE_GROUP_VARS.joinpath("all").iterdir())
+        p.name for p in (hosts.sample_inventory() / "group_vars" / "all").iterdir())
     assert len(todo) == 1
     # An existing group_vars/ is the user's: never touched again.
     (tmp_path / "group_vars/all/training_image.yml").write_text("training_image_ref: mine/own:1\n")
@@ -91,5 +98,80 @@ def test_cli_prints_error_messages_as_written(monkeypatch, capsys):
     rc = cli.main(["hosts", "init", "--hosts", "a,b", "--user", "root"])
     captured = capsys.readouterr()
     out = " ".join((captured.out + captured.err).split())  # Rich wraps long lines
-    assert rc == 2
+    assert rc == 1  # a check failed: exit status 1, not 2 (usage)
     assert "['gpu-1'] [bold]: give every node a unique hostname" in out
+
+
+def test_in_a_checkout_the_sample_is_the_checkouts_inventory_sample():
+    assert hosts.sample_inventory() == ROOT / "inventory" / "sample"
+
+
+def _install_like_the_wheel(site: Path) -> list[str]:
+    """Lay out the wheel's packages under ``site`` from pyproject's package-dir and package-data
+    (what setuptools puts in the wheel); returns the sample inventory files placed."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    placed = []
+    for package in cfg["packages"]:
+        src = ROOT / cfg["package-dir"][package]
+        dest = site.joinpath(*package.split("."))
+        dest.mkdir(parents=True, exist_ok=True)
+        for module in src.glob("*.py"):
+            shutil.copy2(module, dest / module.name)
+        for pattern in cfg["package-data"].get(package, []):
+            for item in src.glob(pattern):
+                if item.is_file():
+                    (dest / item.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(item, dest / item.relative_to(src))
+                    if package == hosts.SAMPLE_PACKAGE:
+                        placed.append(str(item.relative_to(src)))
+    return sorted(placed)
+
+
+def test_the_wheel_carries_every_sample_inventory_file():
+    """pyproject's package-data for gpucluster.sample_inventory covers all of inventory/sample,
+    so a file added there is not silently missing from the wheel."""
+    sample = ROOT / "inventory" / "sample"
+    on_disk = sorted(str(p.relative_to(sample)) for p in sample.rglob("*") if p.is_file())
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert cfg["package-dir"][hosts.SAMPLE_PACKAGE] == "inventory/sample"
+    assert hosts.SAMPLE_PACKAGE in cfg["packages"]
+    packaged = sorted({str(p.relative_to(sample)) for pattern in cfg["package-data"][hosts.SAMPLE_PACKAGE]
+                       for p in sample.glob(pattern) if p.is_file()})
+    assert packaged == on_disk and "group_vars/all/training_image.yml" in packaged
+
+
+def test_hosts_init_seeds_group_vars_from_package_data_outside_a_checkout(tmp_path):
+    """Installed (no checkout around it), the sample comes from the package data."""
+    site = tmp_path / "site"
+    placed = _install_like_the_wheel(site)
+    assert "hosts.yml" in placed and "group_vars/all/cluster.yml" in placed
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    script = textwrap.dedent("""
+        from pathlib import Path
+        from gpucluster import hosts
+        sample = hosts.sample_inventory()
+        print(type(sample).__name__, "gpucluster/sample_inventory" in str(sample))
+        for line in hosts.seed_group_vars(Path("inv"), "registry.test/train:9"):
+            print(line)
+    """)
+    env = {"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", "/usr/bin")}
+    run = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0].endswith(" True")
+    copied = sorted(str(p.relative_to(work / "inv")) for p in (work / "inv").rglob("*.yml"))
+    assert copied == sorted("group_vars/" + p.split("group_vars/", 1)[1] for p in placed if "group_vars/" in p)
+    ref = yaml.safe_load((work / "inv/group_vars/all/training_image.yml").read_text())["training_image_ref"]
+    assert ref == "registry.test/train:9"
+    # --help of the installed CLI works there too.
+    run = subprocess.run([sys.executable, "-m", "gpucluster.cli", "hosts", "init", "--help"], cwd=work, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "--inventory-dir" in run.stdout
+
+
+def test_without_a_sample_the_todo_says_where_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(hosts, "sample_inventory", lambda: None)
+    todo = hosts.seed_group_vars(tmp_path)
+    assert todo and "copy inventory/sample/group_vars" in todo[0]
+    assert not (tmp_path / "group_vars").exists()

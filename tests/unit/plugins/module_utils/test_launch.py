@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,13 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.launch import (
     DEFAULT_HOSTFILE,
     DEFAULT_SHM_SIZE,
     DEFAULT_TOOLS_DIR,
+    JOB_SPEC_SCHEMA,
     PASSTHROUGH_VARS,
+    JobSpec,
     JobSpecError,
+    K8sSpec,
+    RunPolicySpec,
+    VolcanoSpec,
     interface_problem,
     job_env,
     min_member,
@@ -165,6 +172,107 @@ def test_spec_errors(changes, needle):
     with pytest.raises(JobSpecError) as info:
         parse_job_spec(spec(**changes))
     assert needle in str(info.value)
+
+
+# ---------------------------------------------------------------- the JSON Schema pass
+
+
+def test_the_schema_is_valid_draft_2020_12_and_covers_every_spec_field():
+    """One owner of the field list: the schema. The dataclasses the spec parses into have the
+    same fields (JobSpec's derived ones aside), so a field added to one is added to the other."""
+    import dataclasses
+
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(JOB_SPEC_SCHEMA)
+    props = JOB_SPEC_SCHEMA["properties"]
+    # JobSpec.profile_set comes from profile, JobSpec.runtime is profile.runtime.
+    job_fields = {f.name for f in dataclasses.fields(JobSpec)} - {"profile_set"}
+    assert job_fields | {"runtime"} == set(props)
+    k8s = props["k8s"]["properties"]
+    assert {f.name for f in dataclasses.fields(K8sSpec)} == set(k8s)
+    assert {f.name for f in dataclasses.fields(VolcanoSpec)} == set(k8s["volcano"]["properties"])
+    assert {f.name for f in dataclasses.fields(RunPolicySpec)} == set(k8s["run_policy"]["properties"])
+
+
+@pytest.mark.parametrize(("changes", "line"), [
+    ({"nodez": ["a"]}, "nodez: unknown field; did you mean nodes? allowed: command, env, gpus_per_node, hostfile, "
+                       "image, k8s, name, nccl_env, network_interface, node_count, nodes, profile, runtime, ssh_port"),
+    ({"k8s": {"namespce": "x"}}, "k8s.namespce: unknown field; did you mean k8s.namespace?"),
+    ({"k8s": {"volcano": {"enabld": True}}}, "k8s.volcano.enabld: unknown field; did you mean k8s.volcano.enabled?"),
+    ({"k8s": {"run_policy": {"backof_limit": 1}}},
+     "k8s.run_policy.backof_limit: unknown field; did you mean k8s.run_policy.backoff_limit?"),
+])
+def test_unknown_fields_at_every_level_get_a_did_you_mean(changes, line):
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(**changes))
+    assert any(p.startswith(line) for p in info.value.problems), info.value.problems
+
+
+@pytest.mark.parametrize(("changes", "line"), [
+    ({"gpus_per_node": 8.0}, "gpus_per_node=8.0 must be an integer >= 1 (GPUs of each node, one MPI rank each)"),
+    ({"gpus_per_node": True}, "gpus_per_node=True must be an integer >= 1 (GPUs of each node, one MPI rank each)"),
+    ({"ssh_port": "22"}, "ssh_port='22' must be a TCP port (1-65535): the sshd of the training containers"),
+    ({"nodes": "gpu-node-1"}, "nodes='gpu-node-1' must be a non-empty list of host names, e.g. [gpu-node-1, "
+                              "gpu-node-2]"),
+    ({"nodes": ["ok", "bad host"]}, "nodes[1]='bad host' must be a host name (letters, digits, '.', '-', '_')"),
+    ({"image": "has space"}, "image='has space' must be an image reference, e.g. registry:5000/train:latest"),
+    ({"runtime": "mxnet"}, "runtime='mxnet' must be one of lightcc, horovod"),
+    ({"env": {"1BAD": "x"}}, "env.1BAD: not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"),
+    ({"env": {"MULTI": "a\nb"}}, "env.MULTI='a\\nb' must be a single-line string or a number"),
+    ({"env": ["A=1"]}, "env must be a mapping NAME: value of environment variables"),
+    ({"nccl_env": {"NCCL_IB_DISABLE": False}},
+     "nccl_env.NCCL_IB_DISABLE=False is a YAML boolean: quote it (e.g. '1' or 'true') so the value is exact"),
+    ({"command": "   "},
+     "command='   ' must be a non-empty list of arguments (or one string), e.g. [python, train.py]"),
+    ({"name": None, "image": None}, "name is missing: give a DNS-1035 label"),
+    ({"k8s": "yes"}, "k8s='yes' must be a mapping of MPIJob options"),
+    ({"k8s": {"memory": True}}, "k8s.memory=True must be a Kubernetes quantity, e.g. 512Gi"),
+    ({"k8s": {"namespace": "Bad_NS"}}, "k8s.namespace='Bad_NS' must be a DNS-1123 label, e.g. default"),
+    ({"k8s": {"tools_dir": "rel"}}, "k8s.tools_dir='rel' must be an absolute host path, e.g. /opt/gpucluster/tools"),
+    ({"k8s": {"run_policy": {"active_deadline_seconds": 0}}},
+     "k8s.run_policy.active_deadline_seconds=0 must be an integer >= 1 (seconds)"),
+    ({"k8s": {"volcano": {"enabled": "yes"}}}, "k8s.volcano.enabled='yes' must be true or false"),
+])
+def test_schema_errors_name_the_field_the_value_and_the_fix(changes, line):
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(**changes))
+    assert any(p.startswith(line) for p in info.value.problems), info.value.problems
+
+
+def test_each_missing_field_is_reported_once():
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec({})
+    missing = [p.split()[0] for p in info.value.problems if " is missing: " in p]
+    assert missing == ["name", "image", "command"]
+    assert len(info.value.problems) == len(set(info.value.problems)) == 4  # and "give nodes ..."
+
+
+def test_a_null_field_is_a_field_left_out():
+    """``k8s:`` with nothing under it, or a filter passing network_interface=None."""
+    job = parse_job_spec(spec(k8s=None, network_interface=None, profile=None) | {"k8s": None, "hostfile": None})
+    assert job.k8s.api_version == "v2beta1" and job.network_interface is None and job.hostfile is None
+
+
+def test_checks_after_the_schema_skip_fields_the_schema_refused():
+    """A wrong type is reported once, by the schema, not again by the semantic checks."""
+    with pytest.raises(JobSpecError) as info:
+        parse_job_spec(spec(network_interface=5, gpus_per_node="8", k8s={"shm_size": "lots", "memory": "1Gi"}))
+    problems = info.value.problems
+    assert len(problems) == 3, problems
+    assert [p.split("=")[0] for p in problems] == ["gpus_per_node", "network_interface", "k8s.shm_size"]
+
+
+def test_importing_launch_needs_no_jsonschema():
+    """Modules never import launch.py, but a managed node without jsonschema may still load it."""
+    code = ("import sys; sys.modules['jsonschema'] = None\n"
+            "from ansible_collections.gpucluster.cluster.plugins.module_utils import launch, launch_schema\n"
+            "assert launch.JOB_SPEC_SCHEMA is launch_schema.JOB_SPEC_SCHEMA\n"
+            "try:\n    launch.parse_job_spec({})\nexcept ImportError:\n    print('lazy')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT / "collections"), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "lazy\n"
 
 
 # ---------------------------------------------------------------- network interface refusal
@@ -431,7 +539,8 @@ def test_mpijob_pods_get_a_dev_shm_like_the_docker_path(api_version):
 
 @pytest.mark.parametrize(("k8s", "needle"), [
     ({"shm_size": "lots"}, "k8s.shm_size='lots' must be a positive Kubernetes quantity"),
-    ({"shm_size": 0}, "k8s.shm_size='0' must be a positive"),
+    ({"shm_size": 0}, "k8s.shm_size=0 must be a positive"),
+    ({"shm_size": "0Gi"}, "k8s.shm_size='0Gi' must be a positive"),
     ({"shm_size": "32Gi", "memory": "16Gi"}, "count against the worker's memory limit"),
 ])
 def test_shm_size_is_a_quantity_below_the_memory_limit(k8s, needle):
@@ -656,7 +765,7 @@ def test_cli_launch_v1_warns(tmp_path, capsys):
 
 def test_cli_launch_output_needs_an_existing_directory(tmp_path, capsys):
     out = tmp_path / "nonexistent" / "dir" / "x.env"
-    assert main(["launch", str(write_spec(tmp_path, spec())), "--env-file", "-o", str(out)]) == 2
+    assert main(["launch", str(write_spec(tmp_path, spec())), "--env-file", "-o", str(out)]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert f"directory {out.parent} does not exist" in err
     assert not (tmp_path / "nonexistent").exists()
@@ -665,7 +774,7 @@ def test_cli_launch_output_needs_an_existing_directory(tmp_path, capsys):
 def test_cli_launch_names_the_file_of_malformed_yaml(tmp_path, capsys):
     bad = tmp_path / "bad.yml"
     bad.write_text("name: [unclosed\n")
-    assert main(["launch", str(bad), "--mpirun"]) == 2
+    assert main(["launch", str(bad), "--mpirun"]) == 1
     err = "".join(capsys.readouterr().err.split())  # Rich wraps long lines, paths included
     assert f'in"{bad}",line1' in err
     assert "<unicodestring>" not in err
@@ -674,7 +783,7 @@ def test_cli_launch_names_the_file_of_malformed_yaml(tmp_path, capsys):
 def test_cli_launch_says_an_empty_file_is_empty(tmp_path, capsys):
     empty = tmp_path / "empty.yml"
     empty.write_text("# nothing yet\n")
-    assert main(["launch", str(empty), "--mpijob"]) == 2
+    assert main(["launch", str(empty), "--mpijob"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "the job spec is empty" in err and "must be a YAML mapping" not in err
 
@@ -682,7 +791,7 @@ def test_cli_launch_says_an_empty_file_is_empty(tmp_path, capsys):
 def test_cli_launch_prints_brackets_and_suggests_nodes(tmp_path, capsys):
     data = spec(nodes=None)
     data["node"] = ["gpu-node-1"]
-    assert main(["launch", str(write_spec(tmp_path, data)), "--mpirun"]) == 2
+    assert main(["launch", str(write_spec(tmp_path, data)), "--mpirun"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "did you mean nodes?" in err
     assert "give nodes: [host, ...] (needed for mpirun)" in err  # not eaten as Rich markup
@@ -700,7 +809,7 @@ def test_cli_launch_every_example(path, mode, capsys):
         assert check_mpijob(docs[-1]).ok
 
 
-def test_cli_launch_bad_spec_exits_2_with_the_reason(tmp_path, capsys):
+def test_cli_launch_bad_spec_exits_1_with_the_reason(tmp_path, capsys):
     path = write_spec(tmp_path, spec(network_interface="docker0"))
-    assert main(["launch", str(path), "--mpirun"]) == 2
+    assert main(["launch", str(path), "--mpirun"]) == 1
     assert "docker0" in " ".join(capsys.readouterr().err.split())
