@@ -272,13 +272,18 @@ def plan_slots(attached, count, cards, interface_type="interface", device_index_
         if interface_type not in nc.interface_types:
             raise ValueError(f"network card {card} takes interface types {list(nc.interface_types)}, not "
                              f"{interface_type!r}")
-        device = _preferred_device_index(card, interface_type, device_index_start)
-        while (card, device) in used:
-            device += 1
-        on_card = sum(1 for c, _ in used if c == card)
-        if on_card >= nc.max_interfaces:
+        # Device indexes of a card run 0 .. MaximumNetworkInterfaces - 1 (EC2 refuses more: "The
+        # specified number '2' for the device index exceeds ... The maximum devices for this network
+        # card is 2", fixture cloud-eni/N15); the preferred one first, then the others.
+        preferred = _preferred_device_index(card, interface_type, device_index_start)
+        order = list(range(preferred, nc.max_interfaces)) + list(range(0, min(preferred, nc.max_interfaces)))
+        free = [d for d in order if (card, d) not in used and (card, d) != (0, 0)]
+        if not free:
+            on_card = sum(1 for c, _ in used if c == card)
             raise ValueError(f"network card {card} takes at most {nc.max_interfaces} network interfaces "
-                             f"(DescribeInstanceTypes MaximumNetworkInterfaces) and has {on_card}")
+                             f"(device indexes 0..{nc.max_interfaces - 1}, DescribeInstanceTypes "
+                             f"MaximumNetworkInterfaces) and has {on_card}")
+        device = free[0]
         used.add((card, device))
         slots.append((card, device))
     return slots

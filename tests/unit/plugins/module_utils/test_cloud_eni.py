@@ -665,6 +665,18 @@ def test_full_card_and_unsupported_type_are_refused():
         ce.plan_slots([PRIMARY_ENI], 1, [ce.NetworkCard(0, 4), ce.NetworkCard(1, 4)], "efa")
 
 
+def test_device_index_stays_below_the_card_maximum():
+    """cloud-eni/N15: a p5 card takes device indexes 0..1 only; the planner never asks for 2."""
+    # an ENA interface already at device 1 of card 4: the next ENA on that card takes device 0
+    done = [PRIMARY_ENI, attached_at("eni-a", 4, 1)]
+    for card, device in ce.plan_slots(done, 8, P5_CARDS, "interface"):
+        assert 0 <= device < 2 and 0 <= card < 32
+    assert ce.plan_slots(done, 1, [ce.NetworkCard(0, 2, ce.INTERFACE_TYPES)] + P5_CARDS[4:5],
+                         "interface") == [(0, 1)]
+    with pytest.raises(ValueError, match=r"network card 4 takes at most 2 .*device indexes 0\.\.1"):
+        ce.plan_slots([attached_at("eni-a", 4, 0), attached_at("eni-b", 4, 1)], 1, P5_CARDS[4:5], "interface")
+
+
 def test_plan_enis_multi_card_result_names_the_cards():
     network = ce.InstanceNetwork("p4d.24xlarge", "running", tuple(P4D_CARDS), True, 4)
     plan = ce.plan_enis([PRIMARY_ENI], "i-1", "subnet-gpu", 4, 1, network)
