@@ -33,8 +33,8 @@ options:
     type: bool
     default: true
 notes:
-  - Parsers live in C(module_utils/gpu.py); their docstrings give every rule and
-    its source.
+  - Parsers live in C(module_utils/gpu_pci.py), C(gpu_smi.py), C(gpu_topology.py),
+    C(gpu_driver.py) and C(gpu_kernel.py); their docstrings give every rule and its source.
 author:
   - gpucluster contributors
 """
@@ -134,15 +134,19 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.cluster.plugins.module_utils.facts import parse_or_fail, run_tool
-from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import (
-    GPU_QUERY_FIELDS,
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver import (
     driver_state,
-    gpu_nic_map,
-    gpus_from_query,
     nvidia_userspace_version,
     parse_dpkg_versions,
-    parse_lspci_nn,
+)
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import parse_lspci_nn
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import (
+    GPU_QUERY_FIELDS,
+    gpus_from_query,
     parse_query_gpu_csv,
+)
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_topology import (
+    gpu_nic_map,
     parse_topo_matrix,
 )
 
@@ -151,7 +155,7 @@ ARGUMENT_SPEC = {
     "kernel_log": {"type": "bool", "default": True},
 }
 PROC_VERSION = "/proc/driver/nvidia/version"
-# Packages that carry the user-space driver (see gpu.nvidia_userspace_version).
+# Packages that carry the user-space driver (see gpu_driver.nvidia_userspace_version).
 DPKG_PATTERNS = ("nvidia-utils-*", "nvidia-smi", "libnvidia-ml1", "libnvidia-compute-*",
                  "nvidia-driver-*", "nvidia-driver", "cuda-drivers")
 
