@@ -9,6 +9,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import 
     GPU_QUERY_FIELDS,
     gpus_from_query,
     parse_query_gpu_csv,
+    parse_smi_q,
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
 
@@ -21,6 +22,7 @@ from tests.unit.plugins.module_utils.gpu_cases import (
     C13,
     c14_blocks,
     query_fields,
+    smi_q,
     without_prompts,
 )
 
@@ -132,3 +134,125 @@ def test_query_gpu_csv_needs_fields():
     with pytest.raises(ParseError, match="no field names"):
         parse_query_gpu_csv("1\n", "")
 
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi -q
+# --------------------------------------------------------------------------------------------
+
+H100 = "r535_h100_2gpu.txt"
+V100 = "r418_v100.txt"
+
+
+def test_smi_q_r535_healthy_and_broken_h100():
+    q = parse_smi_q(smi_q(H100))
+    assert (q["driver_version"], q["cuda_version"], q["attached_gpus"]) == ("535.104.05", "12.2", 2)
+    assert q["complete"] is True and q["truncated"] is False
+    ok, bad = q["gpus"]
+    assert ok["bus_id"] == "0000:18:00.0" and bad["bus_id"] == "0000:2a:00.0"
+    assert ok["uuid"] == "GPU-00000000-0000-0000-0000-000000000001"
+    assert ok["product_name"] == "NVIDIA H100 80GB HBM3"
+    assert ok["persistence_mode"] is True and ok["minor_number"] == 0
+    assert ok["pcie"] == {"gen_current": 5, "gen_max": 5, "gen_device_max": 5, "gen_host_max": 5,
+                          "width_current": 16, "width_max": 16, "width_degraded": False}
+    assert ok["ecc_mode"] == {"current": True, "pending": True}
+    assert ok["ecc_errors"]["volatile"]["uncorrectable"] == 0
+    assert ok["ecc_errors"]["aggregate"]["correctable"] == 177
+    assert ok["retired_pages"] == {"single_bit": None, "double_bit": None, "pending": None}
+    assert ok["remapped_rows"] == {"correctable": 1, "uncorrectable": 0, "pending": True,
+                                   "failure": False}
+    assert ok["temperature_c"] == 30
+    assert ok["clocks_event_reasons"]["Idle"] is True
+    assert ok["active_clocks_event_reasons"] == []
+    assert ok["reset_status"] == {"reset_required": False, "drain_and_reset_recommended": False}
+    assert ok["missing"] == [] and ok["unrecognised"] == [] and ok["complete"] is True
+    # the broken one: x8 link, uncorrectable ECC, remap failure, thermal slowdown, reset needed
+    assert bad["pcie"]["width_current"] == 8 and bad["pcie"]["width_degraded"] is True
+    assert bad["pcie"]["gen_current"] == 1
+    assert bad["ecc_errors"]["volatile"] == {
+        "correctable": 5, "uncorrectable": 3,
+        "counters": {"SRAM Correctable": 0, "SRAM Uncorrectable": 2, "DRAM Correctable": 5,
+                     "DRAM Uncorrectable": 1}}
+    assert bad["remapped_rows"]["failure"] is True
+    assert bad["active_clocks_event_reasons"] == ["HW Slowdown", "HW Thermal Slowdown"]
+    assert bad["reset_status"]["reset_required"] is True
+    assert bad["temperature_c"] == 87
+    assert bad["complete"] is True  # ends with a Processes section listing a process
+
+
+def test_smi_q_r418_v100_old_spellings():
+    q = parse_smi_q(smi_q(V100))
+    (gpu,) = q["gpus"]
+    assert gpu["bus_id"] == "0000:3b:00.0" and gpu["persistence_mode"] is False
+    assert gpu["ecc_mode"] == {"current": True, "pending": True}  # "Ecc Mode" in R418
+    assert gpu["ecc_errors"]["volatile"]["correctable"] == 0
+    assert gpu["ecc_errors"]["aggregate"]["correctable"] == 3
+    assert gpu["ecc_errors"]["aggregate"]["uncorrectable"] == 1
+    assert gpu["ecc_errors"]["aggregate"]["counters"]["double_bit Device Memory"] == 1
+    assert gpu["retired_pages"] == {"single_bit": 0, "double_bit": 1, "pending": False}
+    assert gpu["remapped_rows"] is None  # no row remapper before Ampere
+    assert gpu["reset_status"] is None
+    assert gpu["clocks_event_reasons"]["Idle"] is True  # "Clocks Throttle Reasons"
+    assert gpu["temperature_c"] == 34
+    assert q["complete"] is True
+
+
+def test_smi_q_lost_indentation_and_tabs_read_the_same():
+    text = smi_q(H100)
+    flat = "\n".join(line.strip() for line in text.splitlines()) + "\n"
+    tabs = "\n".join("\t".join(line.split("    ")) for line in text.splitlines()) + "\n"
+    assert parse_smi_q(flat) == parse_smi_q(text)
+    assert parse_smi_q(tabs) == parse_smi_q(text)
+
+
+def test_smi_q_cut_at_a_line_boundary_is_incomplete():
+    text = smi_q(H100)
+    cut = text[: text.index("    Temperature\n        GPU Current Temp                  : 87 C")]
+    q = parse_smi_q(cut)
+    assert q["complete"] is False
+    assert "Processes (the end of the GPU block)" in q["gpus"][1]["missing"]
+    first = text[: text.index("GPU 00000000:2A:00.0")]
+    q = parse_smi_q(first)
+    assert q["complete"] is False and len(q["gpus"]) == 1 and q["attached_gpus"] == 2
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    pytest.param(lambda t: t.replace("Current                   : 16x", "Current                   : 1", 1),
+                 r"line \d+: 'Current' should be a link width", id="cut-width"),
+    pytest.param(lambda t: t.replace("GPU Current Temp                  : 30 C",
+                                     "GPU Current Temp                  : 3", 1),
+                 r"'GPU Current Temp' should be a temperature", id="cut-temp"),
+    pytest.param(lambda t: t.replace("NVIDIA H100 80GB HBM3\n", "NVIDIA H100 80GB\nHBM3\n", 1),
+                 r"line 11: 'HBM3' follows the value on line 10 without a ':'", id="wrapped"),
+    pytest.param(lambda t: t[t.index("    Product Name"):], r"line 1: 'Product Name' before any",
+                 id="starts-inside-a-block"),
+    pytest.param(lambda t: t.replace("        Pending                           : Yes\n",
+                                     "        Pending                           : Yes\n"
+                                     "        Pending                           : No\n", 1),
+                 r"'Pending' twice in Remapped Rows", id="duplicate-key"),
+    pytest.param(lambda t: "Timestamp : now\n", r"no 'GPU <bus id>' block", id="no-gpu"),
+    pytest.param(lambda t: t.replace("Persistence Mode                      : Enabled",
+                                     "Persistence Mode                      : Enab", 1),
+                 r"'Persistence Mode' should be Enabled or Disabled", id="cut-mode"),
+])
+def test_smi_q_rejects_cut_and_shuffled_input(mutate, message):
+    with pytest.raises(ParseError, match=message):
+        parse_smi_q(mutate(smi_q(H100)))
+
+
+def test_smi_q_display_filtered_report():
+    text = ("Attached GPUs : 1\nGPU 00000000:18:00.0\n    Remapped Rows\n"
+            "        Correctable Error : 0\n        Uncorrectable Error : 0\n"
+            "        Pending : No\n        Remapping Failure Occurred : No\n")
+    q = parse_smi_q(text)
+    assert q["gpus"][0]["display_filtered"] is True and q["complete"] is True
+    assert q["gpus"][0]["remapped_rows"]["pending"] is False
+    assert q["gpus"][0]["uuid"] is None
+
+
+def test_smi_q_unknown_key_in_a_known_section_is_flagged():
+    text = smi_q(H100).replace("        Pending                           : Yes\n",
+                               "        Pending                           : Yes\n"
+                               "        Frobnication                      : 3\n", 1)
+    q = parse_smi_q(text)
+    assert q["complete"] is False and q["gpus"][0]["unrecognised"]
