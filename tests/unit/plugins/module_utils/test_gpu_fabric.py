@@ -1,4 +1,5 @@
 """Tests for module_utils/gpu_fabric.py: nvidia-fabricmanager (N21) and its applicability."""
+# ruff: noqa: E501 - captured log lines are kept whole
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """Tests for module_utils/gpu_kernel.py: NVRM kernel log lines (N24, C14 and the Xid grammar)."""
+# ruff: noqa: E501 - captured log lines are kept whole
 
 from __future__ import annotations
 
