@@ -178,7 +178,7 @@ def _records(lines):
     records = []
     current = None  # the open NVRM record that may take continuation lines
     for lineno, raw in enumerate(lines, 1):
-        time, rest, prefixed = _strip_prefix(raw.rstrip("\r"))
+        time, rest, prefixed = _strip_prefix(" ".join(raw.split()))
         body = rest.strip()
         if not body:
             continue
@@ -220,7 +220,8 @@ def _xid_event(record):
         recovery = _XID154_RE.search(text)
         action = _RECOVERY_ACTIONS.get(int(recovery.group(2), 16), "unknown") if recovery else "unknown"
     pid = rest.group("pid")
-    return {"kind": "xid", "line": record["line"], "time": record["time"],
+    return {"kind": "xid", "line": record["line"], "end_line": record["lines"][-1],
+            "time": record["time"],
             "bus_id": _xid_bus(m.group("bus")), "code": code,
             "pid": int(pid) if pid and pid.isdigit() else None,
             "name": (rest.group("name") or "").strip() or None, "text": text,
@@ -228,7 +229,8 @@ def _xid_event(record):
 
 
 def _event(kind, record, action, **fields):
-    out = {"kind": kind, "line": record["line"], "time": record["time"], "action": action}
+    out = {"kind": kind, "line": record["line"], "end_line": record["lines"][-1],
+           "time": record["time"], "action": action}
     out.update(fields)
     return out
 
@@ -245,7 +247,8 @@ def parse_kernel_log(text):
     modules; dmesg, syslog and journal prefixes in any locale). Returns::
 
         {"events": [                             # in input order
-            {"kind": "xid", "line": 3, "time": "1843.308145" or "Jul 01 22:55:07" or None,
+            {"kind": "xid", "line": 3, "end_line": 3,   # first and last input line
+             "time": "1843.308145" or "Jul 01 22:55:07" or None,
              "bus_id": "0000:3b:00.0", "code": 79, "pid": 1234 or None, "name": "python" or None,
              "text": "GPU has fallen off the bus.", "meaning": "GPU has fallen off the bus",
              "action": "drain"},                 # ACTIONS, or "unknown" (code not catalogued)

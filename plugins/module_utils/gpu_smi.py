@@ -278,13 +278,30 @@ _Q_ROOT_KNOWN = frozenset((
     "Conf Compute Protected Memory Usage", "Power Readings", "GPU Recovery Action",
 ))
 # Keys a started section must have, else the GPU reads incomplete (cut or shuffled paste).
+# Keys that every version prints in a started section; ``_Q_GROUPS``: keys that come all
+# together or not at all (newer drivers). A line moved out of its section shows up here.
 _Q_REQUIRED = {
     "PCIe Generation": ("Max", "Current"), "Link Width": ("Max", "Current"),
-    "ECC Mode": ("Current",), "Single Bit": ("Total",), "Double Bit": ("Total",),
+    "ECC Mode": ("Current", "Pending"), "Single Bit": ("Total",), "Double Bit": ("Total",),
     "Retired Pages": ("Single Bit ECC", "Double Bit ECC"),
     "Remapped Rows": ("Correctable Error", "Uncorrectable Error", "Pending",
                       "Remapping Failure Occurred"),
-    "Temperature": ("GPU Current Temp",), "GPU Reset Status": ("Reset Required",),
+    "Temperature": ("GPU Current Temp",),
+    "GPU Reset Status": ("Reset Required", "Drain and Reset Recommended"),
+    "Clocks Throttle Reasons": _THROTTLE_KEYS[:-1], "Clocks Event Reasons": _THROTTLE_KEYS[:-1],
+    "Volatile": ("SRAM Correctable", "DRAM Correctable", "DRAM Uncorrectable"),
+    "Aggregate": ("SRAM Correctable", "DRAM Correctable", "DRAM Uncorrectable"),
+}
+_Q_GROUPS = {
+    "PCIe Generation": (("Device Current", "Device Max", "Host Max"),),
+    "Volatile": (("SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED"),),
+    "Aggregate": (("SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED"),),
+}
+# Keys one of which a started section must have.
+_Q_ONE_OF = {
+    "Retired Pages": ("Pending Page Blacklist", "Pending", "Pending Page Retirement"),
+    "Volatile": ("SRAM Uncorrectable", "SRAM Uncorrectable Parity"),
+    "Aggregate": ("SRAM Uncorrectable", "SRAM Uncorrectable Parity"),
 }
 # Older spellings of the same header (R418 prints "Ecc Mode").
 _Q_HEADER_ALIASES = {"Ecc Mode": "ECC Mode"}
@@ -354,13 +371,13 @@ def _q_ecc(sections, which):
         return None
     counters = {}
     if single is not None or double is not None:
-        for label, sec in (("single_bit", single or {}), ("double_bit", double or {})):
-            for key, (value, _line) in sec.items():
-                counters[f"{label} {key}"] = value
+        counters = {"Single Bit Total": (single or {}).get("Total", (None,))[0],
+                    "Double Bit Total": (double or {}).get("Total", (None,))[0]}
         return {"correctable": (single or {}).get("Total", (None,))[0],
                 "uncorrectable": (double or {}).get("Total", (None,))[0], "counters": counters}
     for key, (value, _line) in new.items():
-        counters[key] = value
+        if key in _NEW_ECC_KEYS:
+            counters[key] = value
     unc_sram = counters.get("SRAM Uncorrectable")
     if unc_sram is None:
         unc_sram = _q_sum([counters.get("SRAM Uncorrectable Parity"),
@@ -382,12 +399,21 @@ def _q_gpu_record(block):
     missing = []
     for path, sec in sections.items():
         name = path[-1] if path else "GPU"
+        where = " > ".join(path)
+        old_style = name in ("Volatile", "Aggregate") and (
+            path + ("Single Bit",) in sections or path + ("Double Bit",) in sections)
+        if old_style:
+            continue  # R418-era report: the counters are in Single Bit / Double Bit
         for key in _Q_REQUIRED.get(name, ()):
             if key not in sec:
-                missing.append(f"{' > '.join(path)}: {key}")
-        if name in ("Volatile", "Aggregate") and sec and not all(
-                k in sec for k in ("SRAM Correctable", "DRAM Correctable", "DRAM Uncorrectable")):
-            missing.append(f"{' > '.join(path)}: SRAM/DRAM counters")
+                missing.append(f"{where}: {key}")
+        for group in _Q_GROUPS.get(name, ()):
+            present = [k for k in group if k in sec]
+            if present and len(present) != len(group):
+                missing.append(f"{where}: {', '.join(k for k in group if k not in sec)}")
+        one_of = _Q_ONE_OF.get(name)
+        if one_of and not any(k in sec for k in one_of):
+            missing.append(f"{where}: {' or '.join(one_of)}")
     full = "Product Name" in root
     if full:
         if "GPU UUID" not in root:
@@ -515,7 +541,12 @@ def parse_smi_q(text):
          "complete": True}      # every GPU complete, all attached GPUs present, not truncated
 
     A full report's GPU block ends with ``Processes``; one without it reads incomplete (cut
-    paste). Raises ParseError for the cases above and for an empty report.
+    paste). A section read here that lacks a key every version prints (``_Q_REQUIRED``), or has
+    only part of a key group newer drivers print together (``_Q_GROUPS``), lists it in
+    ``missing``: that is how a cut or a line moved elsewhere shows. Reports of drivers before
+    R410 (fewer clocks reasons) therefore read incomplete. ECC ``counters`` are the SRAM/DRAM
+    counters of R450+ reports, or ``Single Bit Total`` / ``Double Bit Total`` of older ones.
+    Raises ParseError for the cases above and for an empty report.
     """
     lines = split_lines(text, "nvidia-smi -q")
     top = {}
@@ -568,6 +599,10 @@ def parse_smi_q(text):
                 continue
             raise ParseError(f"nvidia-smi -q line {lineno}: {key!r} before any 'GPU <bus id>' "
                              f"line (the paste starts inside a GPU block?)")
+        if key in _Q_TOP_KEYS:
+            raise ParseError(f"nvidia-smi -q line {lineno}: {key!r} inside the block of GPU "
+                             f"{block['bus_id']}; it belongs before the first GPU (shuffled "
+                             f"paste?)")
         owner = None
         innermost = path[-1] if path else "GPU"
         if innermost in _Q_HEADERS or innermost == "GPU":

@@ -188,7 +188,7 @@ def test_smi_q_r418_v100_old_spellings():
     assert gpu["ecc_errors"]["volatile"]["correctable"] == 0
     assert gpu["ecc_errors"]["aggregate"]["correctable"] == 3
     assert gpu["ecc_errors"]["aggregate"]["uncorrectable"] == 1
-    assert gpu["ecc_errors"]["aggregate"]["counters"]["double_bit Device Memory"] == 1
+    assert gpu["ecc_errors"]["aggregate"]["counters"] == {"Single Bit Total": 3, "Double Bit Total": 1}
     assert gpu["retired_pages"] == {"single_bit": 0, "double_bit": 1, "pending": False}
     assert gpu["remapped_rows"] is None  # no row remapper before Ampere
     assert gpu["reset_status"] is None
