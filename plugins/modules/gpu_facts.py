@@ -115,6 +115,17 @@ ansible_facts:
         pci_gpu_count:
           description: Number of entries in C(pci_gpus) (0 when lspci is missing).
           type: int
+        nvswitches:
+          description:
+            - NVSwitch bridges on the PCI bus (NVIDIA class 0680, lspci) as bus_id, pci_id, name;
+              null when lspci is missing. Fabric Manager applies only when this is not empty
+              (C(gpu_fabric.fabricmanager_state)).
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:c1:00.0"
+              pci_id: "10de:1af1"
+              name: "Device"
         topology:
           description:
             - C(nvidia-smi topo -m) as read by C(parse_topo_matrix) (gpu_count, gpus with
@@ -139,7 +150,10 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver impo
     nvidia_userspace_version,
     parse_dpkg_versions,
 )
-from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import parse_lspci_nn
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import (
+    parse_lspci_nn,
+    parse_lspci_nvswitches,
+)
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import (
     GPU_QUERY_FIELDS,
     gpus_from_query,
@@ -181,10 +195,12 @@ def collect(module, read=None):
     tools = {name: module.get_bin_path(name) for name in ("lspci", "nvidia-smi", "dpkg-query",
                                                          "dmesg")}
     pci_gpus = None
+    nvswitches = None
     if tools["lspci"]:
         rc, out, err = run_tool(module, [tools["lspci"], "-Dnn"])
         if rc == 0:
             pci_gpus = _parse(module, "lspci -Dnn", parse_lspci_nn, out)
+            nvswitches = _parse(module, "lspci -Dnn", parse_lspci_nvswitches, out)
         else:
             module.warn(f"lspci -Dnn exited {rc}: {err.strip()}")
 
@@ -236,6 +252,7 @@ def collect(module, read=None):
         "gpus": gpus,
         "gpu_count": len(gpus),
         "pci_gpu_count": len(pci_gpus or []),
+        "nvswitches": nvswitches,
         "topology": topology,
         "gpu_nic_map": nic_map,
         "tools": {k.replace("-", "_"): bool(v) for k, v in tools.items()},

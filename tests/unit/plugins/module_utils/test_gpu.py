@@ -19,7 +19,15 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils import (
 )
 
 from tests.conftest import FIXTURES, ROOT
-from tests.unit.plugins.module_utils.gpu_cases import C02, C04_M, COVERED, N24
+from tests.unit.plugins.module_utils.gpu_cases import (
+    C02,
+    C04_M,
+    COVERED,
+    N21_JOURNAL,
+    N21_START,
+    N24,
+    SMI_Q_DIR,
+)
 
 # --------------------------------------------------------------------------------------------
 # Fixture coverage and Python 3.8 compatibility
@@ -69,6 +77,10 @@ assert gpu.gpu_nic_map(topo)[1]["nic"] == "mlx5_1"
 assert gpu.pick_gpu_subset(topo, 4) == [0, 1, 2, 3]
 assert gpu.parse_topo_matrix(open(F + {C04_M!r}).read())["gpu_count"] == 2
 assert gpu_kernel.parse_kernel_log(open(F + {N24!r}).read())["lost_bus_ids"] == ["0000:b3:00.0"]
+fm = gpu.parse_fabricmanager(open(F + {N21_START!r}).read() + open(F + {N21_JOURNAL!r}).read())
+assert gpu.fabricmanager_state(fm, [])["class"] == "FABRIC_MANAGER_NOT_APPLICABLE"
+q = gpu.parse_smi_q(open({str(SMI_Q_DIR / "r535_h100_2gpu.txt")!r}).read())
+assert q["complete"] and q["gpus"][1]["remapped_rows"]["failure"] is True
 ports = rdma.parse_ibstatus(open(F + "rdma/C06_ibstatus_roce_8x100g_ethernet_link_layer.txt").read())
 assert len(ports) == 8
 assert peermem.peer_memory_module("535.104.05")["module"] == "nvidia_peermem"

@@ -27,7 +27,9 @@ LSPCI_NO_GPU = (
 BUS_IDS = ["07", "0f", "47", "4e", "87", "90", "b7", "bd"]
 LSPCI_8GPU = "".join(
     f"0000:{b}:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)\n"
-    for b in BUS_IDS)
+    for b in BUS_IDS) + "".join(
+    f"0000:{b}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)\n"
+    for b in ("c1", "c2", "c3", "c4", "c5", "c6"))
 QUERY_8GPU = "".join(
     f"{i}, NVIDIA A100-SXM4-80GB, 00000000:{b.upper()}:00.0, GPU-{i:08d}, 81920, Enabled, 525.105.17\n"
     for i, b in enumerate(BUS_IDS))
@@ -94,6 +96,7 @@ def test_node_without_gpu():
     assert facts["driver"]["hint"] is None  # no GPU, nothing to install
     assert facts["gpus"] == [] and facts["pci_gpus"] == []
     assert facts["gpu_count"] == 0 and facts["pci_gpu_count"] == 0
+    assert facts["nvswitches"] == []
     assert facts["topology"] is None and facts["gpu_nic_map"] == []
     assert facts["tools"] == {"lspci": True, "nvidia_smi": False, "dpkg_query": False,
                               "dmesg": True}
@@ -103,6 +106,7 @@ def test_node_without_gpu():
 def test_node_without_any_tool():
     facts = gpu_facts.collect(FakeModule({}, {}), read=_files({}))
     assert facts["driver"]["state"] == "absent"
+    assert facts["nvswitches"] is None  # unknown without lspci
     assert "run lspci" in facts["driver"]["hint"]
     assert facts["pci_gpus"] == []
 
@@ -190,6 +194,7 @@ def test_ready_node_with_topology_c02():
                                 "driver_version": "525.105.17"}
     assert [g["bus_id"] for g in facts["gpus"]] == [g["bus_id"] for g in facts["pci_gpus"]]
     assert facts["topology"]["nvswitch"] is True
+    assert [n["bus_id"] for n in facts["nvswitches"]] == [f"0000:c{i}:00.0" for i in range(1, 7)]
     assert [m["nic"] for m in facts["gpu_nic_map"]] == [f"mlx5_{i}" for i in range(8)]
     query = next(c for c, _ in module.calls if "--query-gpu" in c)
     assert query == ("/usr/bin/nvidia-smi --query-gpu=index,name,pci.bus_id,uuid,memory.total,"
@@ -298,8 +303,9 @@ def test_documentation_matches_argument_spec():
     yaml.safe_load(gpu_facts.EXAMPLES)
     returned = yaml.safe_load(gpu_facts.RETURN)["ansible_facts"]["contains"]["gpucluster_gpu"]
     keys = set(returned["contains"])
-    assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "topology",
-                    "gpu_nic_map", "tools"}
+    assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "nvswitches",
+                    "topology", "gpu_nic_map", "tools"}
+    assert keys == set(gpu_facts.collect(FakeModule({}, {}), read=_files({})))
 
 
 def test_module_source_is_read_only():
