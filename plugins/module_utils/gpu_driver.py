@@ -191,6 +191,7 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
       fix it: check the BIOS (Above 4G Decoding, Resizable BAR) and that the installed driver
       supports the PCI id;
     - ``GPU_LOST``: "Unable to determine the device handle ... GPU is lost" (Xid 79 family);
+      with ``kernel_log``, ``failed_bus_ids`` are the GPUs that fell off the bus (fixture N24);
     - ``NVML_ERROR``: any other nvidia-smi failure, reason = exit code and its first line;
     - ``USERSPACE_MISSING``: kernel module loaded or package installed, nvidia-smi missing;
     - ``ABSENT``: no nvidia-smi, no kernel module, no package.
@@ -249,9 +250,14 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
         return _no_devices(versions, lspci_gpus, kernel_log)
 
     if "GPU is lost" in output or "Unable to determine the device handle" in output:
-        return _result("installed-not-loaded", "GPU_LOST", first_line,
-                       "a GPU fell off the bus; check dmesg for Xid 79, power and cooling, "
-                       "then reset the GPU or reboot the node", versions)
+        log = parse_kernel_log(kernel_log) if kernel_log else None
+        lost = log["lost_bus_ids"] if log else []
+        reason = first_line + (f"; kernel log: {', '.join(lost)} fell off the bus" if lost else "")
+        pci_ids = sorted({log["gpus"][b]["pci_id"] for b in lost if log["gpus"][b]["pci_id"]})
+        return _result("installed-not-loaded", "GPU_LOST", reason,
+                       "a GPU fell off the bus (Xid 79): drain the node, check power, cooling "
+                       "and seating, update the SBIOS, then reset the GPU or reboot; do not "
+                       "reinstall the driver first", versions, lost, pci_ids)
 
     if nvidia_smi_rc != 0 or "Failed to initialize NVML" in output or "NVIDIA-SMI has failed" in output:
         return _result("installed-not-loaded", "NVML_ERROR",

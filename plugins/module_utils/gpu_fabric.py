@@ -60,19 +60,26 @@ _TOKEN_RE = re.compile(r"\[(NV_[A-Z0-9_]+)\]")
 _VERSION_RE = re.compile(r"Fabric Manager version(?: is)?\s*:?\s*(\d+\.\d+(?:\.\d+)?)")
 _UNIT_NOT_FOUND_RE = re.compile(r"Unit (?P<unit>\S+?)(?:\.service)? (?:could not be found|not found)")
 
-# Lifecycle messages of systemd -> state, and their order inside one second (systemd logs
-# "Starting" before the exit and the failure).
+# Lifecycle messages of systemd -> state, and their rank inside one second: a failure in the
+# same second as a start or a restart is that start failing (systemd logs "Starting" before the
+# exit, "Scheduled restart job" before "Start request repeated too quickly").
 _LIFECYCLE = (
     (re.compile(r"^Starting NVIDIA fabric manager|^Starting nvidia-fabricmanager", re.I),
      "activating", 0),
     (re.compile(r"^Started NVIDIA fabric manager|^Started nvidia-fabricmanager", re.I),
      "running", 1),
-    (_EXITED_RE, "failed", 2),
+    (_EXITED_RE, "failed", 3),
     (re.compile(r"Failed with result|^Failed to start", re.I), "failed", 3),
-    (re.compile(r"^Stopping NVIDIA fabric manager", re.I), "activating", 4),
-    (re.compile(r"^Stopped NVIDIA fabric manager|Deactivated successfully", re.I),
-     "inactive", 5),
+    (re.compile(r"^Stopping NVIDIA fabric manager", re.I), "activating", 0),
+    (re.compile(r"^Stopped NVIDIA fabric manager|Deactivated successfully|: Succeeded\.?$",
+                re.I), "inactive", 2),
+    (re.compile(r"Scheduled restart job", re.I), "activating", 0),
+    (re.compile(r"Start request repeated too quickly|entered failed state|\.service failed\.?$",
+                re.I), "failed", 3),
 )
+# systemd messages about the unit that say nothing about its state.
+_IGNORED_SYSTEMD = re.compile(r"Consumed .* CPU time|Killing process|Found left-over process|"
+                              r"Current command vanished|Unit configuration has changed", re.I)
 
 
 def _month(token):
@@ -109,8 +116,9 @@ def parse_fabricmanager(text):
          "complete": True}
 
     The state is ``systemctl status``'s ``Active:`` line (the present), else the last systemd
-    lifecycle message by time stamp (same second: in systemd's own order, Starting < Started <
-    exited < Failed), else the ``systemctl start`` error (failed). Lines of other programs are skipped; a
+    lifecycle message by time stamp (in one second: activating < running < inactive < failed,
+    a failure in the second of a start is that start failing), else the ``systemctl start``
+    error (failed). Lines of other programs are skipped; a
     journal line of the FM unit or of FM that this reader cannot place raises ParseError naming
     the line, as does a paste with nothing of Fabric Manager in it.
     """
@@ -184,6 +192,8 @@ def parse_fabricmanager(text):
                             out["exit_status"] = int(hit.group("status"))
                         break
                 else:
+                    if _IGNORED_SYSTEMD.search(msg):
+                        continue
                     raise ParseError(f"fabric manager line {lineno}: a systemd message about "
                                      f"the unit this reader cannot place: {shorten(msg)!r}")
                 continue

@@ -28,8 +28,9 @@ options:
     default: true
   kernel_log:
     description:
-      - When nvidia-smi finds no device, read C(dmesg) for the NVRM C(RmInitAdapter failed)
-        lines that name the failing bus id and PCI id.
+      - When nvidia-smi finds no device or a lost GPU, read C(dmesg) for the NVRM lines
+        (C(RmInitAdapter failed), fallen off the bus, Xid 79) that name the failing bus id and
+        PCI id.
     type: bool
     default: true
 notes:
@@ -222,7 +223,7 @@ def collect(module, read=None):
         smi_text = smi_out + err
     state = _parse(module, "nvidia-smi / driver version files", driver_state, smi_rc, smi_text,
                    proc_text, userspace, pci_gpus)
-    if (state["class"] == "NO_DEVICES_INITIALISED" and module.params["kernel_log"]
+    if (state["class"] in ("NO_DEVICES_INITIALISED", "GPU_LOST") and module.params["kernel_log"]
             and tools["dmesg"]):
         rc, log, _err = run_tool(module, [tools["dmesg"]])
         if rc == 0:

@@ -18,6 +18,7 @@ from tests.unit.plugins.module_utils.gpu_cases import (
     C09_SMI,
     C09_VERSIONS,
     LSPCI,
+    N24,
     RC_MISMATCH,
     RC_NOT_FOUND,
     RC_NOT_LOADED,
@@ -164,3 +165,14 @@ def test_driver_state_rejects_unreadable_version_file():
 
 def test_version_file_keeps_trailing_space():
     assert fixture_text(C09_VERSIONS).splitlines()[0].endswith("version ")
+
+
+def test_driver_state_gpu_lost_names_the_bus_id_from_the_kernel_log_n24():
+    out = ("Unable to determine the device handle for GPU0000:B3:00.0: Unknown Error\n"
+           "GPU is lost.  Reboot the system to recover this GPU\n")
+    state = driver_state(15, out, "570.158.01\n", None, None, fixture_text(N24))
+    assert state["class"] == "GPU_LOST"
+    assert state["failed_bus_ids"] == ["0000:b3:00.0"] and state["pci_ids"] == ["10de:26b5"]
+    assert "0000:b3:00.0 fell off the bus" in state["reason"]
+    assert "drain the node" in state["hint"] and "do not reinstall the driver" in state["hint"]
+    assert driver_state(15, out)["failed_bus_ids"] == []

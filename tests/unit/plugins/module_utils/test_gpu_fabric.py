@@ -100,3 +100,13 @@ def test_not_fabric_manager_output_is_an_error():
         parse_fabricmanager("hello\n")
     with pytest.raises(ParseError, match="line 1: a systemd message about the unit"):
         parse_fabricmanager("Jan 23 10:00:00 h systemd[1]: nvidia-fabricmanager.service: frobnicated\n")
+
+
+def test_restart_loop_messages():
+    text = ("Jan 23 10:00:00 h systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, status=1/FAILURE\n"
+            "Jan 23 10:00:00 h systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'.\n"
+            "Jan 23 10:00:00 h systemd[1]: nvidia-fabricmanager.service: Consumed 1.2s CPU time.\n"
+            "Jan 23 10:00:05 h systemd[1]: nvidia-fabricmanager.service: Scheduled restart job, restart counter is at 5.\n"
+            "Jan 23 10:00:05 h systemd[1]: nvidia-fabricmanager.service: Start request repeated too quickly.\n")
+    fm = parse_fabricmanager(text)
+    assert fm["state"] == "failed" and fm["exit_status"] == 1
