@@ -19,6 +19,7 @@ C02 = "nvidia-smi-topo/C02_topo_a100_nvswitch_roce_nic_legend.txt"
 C09_SMI = "nvidia-smi/C09_nvml_driver_library_mismatch_proc_version_vs_dpkg.1-nvidia-smi.txt"
 C09_VERSIONS = "nvidia-smi/C09_nvml_driver_library_mismatch_proc_version_vs_dpkg.2-proc-driver-nvidia-version-dpkg-l-nvidia.txt"  # noqa: E501 - fixture name
 C14 = "nvidia-smi/C14_nvidia_smi_no_devices_found_rminitadapter.txt"
+N24 = "nvidia-smi/N24_dmesg_gpu_fallen_off_bus_multiline_without_xid.txt"
 
 LSPCI_NO_GPU = (
     "0000:00:00.0 Host bridge [0600]: Intel Corporation Sky Lake-E DMI3 Registers [8086:2020] (rev 07)\n"
@@ -313,3 +314,14 @@ def test_module_source_is_read_only():
     assert "supports_check_mode=True" in source
     assert not re.search(r"open\([^)]*['\"][wa]['\"]", source)
     assert os.path.basename(gpu_facts.__file__) == "gpu_facts.py"
+
+
+def test_gpu_lost_reads_dmesg_n24():
+    out = "Unable to determine the device handle for GPU0000:B3:00.0: Unknown Error\n"
+    module = FakeModule(_bins("nvidia-smi", "dmesg"),
+                        {"/usr/bin/nvidia-smi": (15, out, ""),
+                         "/usr/bin/dmesg": (0, fixture_text(N24), "")})
+    facts = gpu_facts.collect(module, read=_files({}))
+    assert facts["driver"]["class"] == "GPU_LOST"
+    assert facts["driver"]["failed_bus_ids"] == ["0000:b3:00.0"]
+    assert facts["driver"]["pci_ids"] == ["10de:26b5"]
