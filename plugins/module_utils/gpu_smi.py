@@ -303,6 +303,9 @@ _Q_ONE_OF = {
     "Volatile": ("SRAM Uncorrectable", "SRAM Uncorrectable Parity"),
     "Aggregate": ("SRAM Uncorrectable", "SRAM Uncorrectable Parity"),
 }
+# Sections inside "MIG Devices" (R450+ with MIG enabled), one set per MIG device.
+_Q_MIG_SECTIONS = frozenset(("MIG Device", "Device Attributes", "Shared", "ECC Errors",
+                             "Volatile", "Aggregate", "FB Memory Usage", "BAR1 Memory Usage"))
 # Older spellings of the same header (R418 prints "Ecc Mode").
 _Q_HEADER_ALIASES = {"Ecc Mode": "ECC Mode"}
 _Q_TOP_KEYS = ("Timestamp", "Driver Version", "CUDA Version", "Attached GPUs")
@@ -500,7 +503,9 @@ def parse_smi_q(text):
     (Kepler-Volta era) or ``SRAM``/``DRAM Correctable``/``Uncorrectable`` (R450+, split into
     ``Parity`` / ``SEC-DED`` in R550+); ``Retired Pages > Pending`` (old) / ``Pending Page
     Blacklist``; ``Remapped Rows`` a section (A100 and newer) or ``Remapped Rows : N/A``; ``GPU
-    Reset Status`` (R550+). ``N/A``, ``Not Supported``, ``Unknown Error`` read None.
+    Reset Status`` (R550+); with MIG enabled a ``MIG Devices`` section repeats ``ECC Errors``
+    and memory sections per MIG device, which are skipped (the GPU's own sections are read).
+    ``N/A``, ``Not Supported``, ``Unknown Error`` read None.
 
     Indentation is not needed: every section header has a known place in the report
     (``_Q_HEADERS``) and every key is looked up from the innermost section outwards, so a paste
@@ -553,6 +558,7 @@ def parse_smi_q(text):
     blocks = []
     block = None
     path = ()
+    in_mig = False
     last_read = None  # line number of the last value this reader uses
     for lineno, raw in enumerate(lines, 1):
         line = " ".join(raw.split())
@@ -567,10 +573,22 @@ def parse_smi_q(text):
                 raise ParseError(f"nvidia-smi -q line {lineno}: second block for GPU "
                                  f"{block['bus_id']}")
             blocks.append(block)
-            path, last_read = (), None
+            path, last_read, in_mig = (), None, False
             continue
+        if in_mig:
+            # MIG Devices repeats ECC Errors / FB Memory Usage per MIG device; it ends at the
+            # next key of the GPU block or a GPU section a MIG device does not have.
+            name = line if ":" not in line else " ".join(line.split(":", 1)[0].split())
+            if (name in _Q_MIG_SECTIONS or (":" in line and name not in _Q_ROOT_KNOWN)
+                    or (":" not in line and name not in _Q_HEADERS)):
+                continue
+            in_mig = False
         if ":" not in line:
             line = _Q_HEADER_ALIASES.get(line, line)
+            if line == "MIG Devices" and block is not None:
+                in_mig, last_read = True, None
+                path = ()
+                continue
             if block is None:
                 raise ParseError(f"nvidia-smi -q line {lineno}: expected 'Key : Value' or "
                                  f"'GPU <bus id>', got {shorten(raw)!r}")

@@ -256,3 +256,39 @@ def test_smi_q_unknown_key_in_a_known_section_is_flagged():
                                "        Frobnication                      : 3\n", 1)
     q = parse_smi_q(text)
     assert q["complete"] is False and q["gpus"][0]["unrecognised"]
+
+
+MIG_DEVICES = """\
+    MIG Devices
+        MIG Device
+            Index                         : 0
+            GPU Instance ID               : 1
+            Compute Instance ID           : 0
+            Device Attributes
+                Shared
+                    Multiprocessor count  : 66
+                    Copy Engine count     : 4
+            ECC Errors
+                Volatile
+                    SRAM Uncorrectable    : 0
+            FB Memory Usage
+                Total                     : 40192 MiB
+                Used                      : 13 MiB
+                Free                      : 40179 MiB
+            BAR1 Memory Usage
+                Total                     : 65535 MiB
+                Used                      : 0 MiB
+                Free                      : 65535 MiB
+"""
+
+
+def test_smi_q_mig_devices_are_skipped():
+    text = smi_q(H100)
+    mig = text.replace("        Current                           : Disabled\n"
+                       "        Pending                           : Disabled\n",
+                       "        Current                           : Enabled\n"
+                       "        Pending                           : Enabled\n" + MIG_DEVICES, 1)
+    assert mig != text
+    assert parse_smi_q(mig) == parse_smi_q(text)
+    flat = "\n".join(line.strip() for line in mig.splitlines()) + "\n"
+    assert parse_smi_q(flat) == parse_smi_q(text)
