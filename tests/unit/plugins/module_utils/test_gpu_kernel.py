@@ -124,3 +124,13 @@ def test_no_nvidia_lines_is_an_empty_reading():
 def test_catalogue_actions_are_known():
     assert all(a is None or a in ACTIONS for _m, a in XID_CATALOG.values())
     assert XID_CATALOG[94][1] == "restart_app" and XID_CATALOG[95][1] == "reset"
+
+
+def test_syslog_gives_each_line_a_prefix_and_the_message_still_joins():
+    stamp = "Jun 02 13:13:04 node7 kernel: "
+    text = "".join(stamp + line.strip() + "\n" for line in fixture_text(N24).splitlines()[:3]
+                   if line.strip()).replace("[ 1843.308145] ", "")
+    log = parse_kernel_log(text)
+    assert [(e["kind"], e["bus_id"], e["pci_id"], e["time"]) for e in log["events"]] == [
+        ("gpu_lost", "0000:b3:00.0", "10de:26b5", "Jun 02 13:13:04")]
+    assert log["events"][0]["end_line"] == 3 and log["complete"] is True
