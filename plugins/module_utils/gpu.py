@@ -17,6 +17,7 @@ from __future__ import annotations
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver import (  # noqa: F401
     DRIVER_STATES,
     driver_state,
+    missing_gpus,
     nvidia_userspace_version,
     parse_dpkg_versions,
     parse_proc_driver_version,

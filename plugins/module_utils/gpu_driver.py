@@ -265,3 +265,47 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
                        "run nvidia-smi on the node and read dmesg | grep NVRM", versions)
 
     return _result("ready", "READY", None, None, versions)
+
+
+_KERNEL_REASONS = (("gpu_lost", "fell off the bus"),
+                   ("init_failed", "failed to initialise (RmInitAdapter)"),
+                   ("unsupported_gpu", "not supported by the installed driver"))
+
+
+def missing_gpus(pci_gpus, smi_gpus, kernel=None):
+    """GPUs on the PCI bus that nvidia-smi does not list, and why, by bus id (fixture N24).
+
+    ``pci_gpus``: ``gpu_pci.parse_lspci_nn`` result (what the node has); ``smi_gpus``:
+    ``gpu_smi.gpus_from_query`` result, or the ``gpus`` of ``gpu_smi.parse_smi_q`` (what the
+    driver sees); ``kernel``: ``gpu_kernel.parse_kernel_log`` result, optional. Returns, in bus
+    order::
+
+        [{"bus_id": "0000:b3:00.0", "pci_id": "10de:26b5",
+          "reason": "fell off the bus" or "failed to initialise (RmInitAdapter)"
+                    or "not supported by the installed driver" or None,   # None: log silent
+          "action": "drain" or None}]                                      # gpu_kernel.ACTIONS
+
+    ``[]`` when every PCI GPU is seen. A GPU record without a bus id raises ParseError (the
+    join needs the stable id, never the display name).
+    """
+    seen = set()
+    for gpu in smi_gpus or []:
+        if not gpu.get("bus_id"):
+            raise ParseError(f"nvidia-smi GPU without a PCI bus id: {gpu!r}; query pci.bus_id")
+        seen.add(gpu["bus_id"])
+    out = []
+    for gpu in sorted(pci_gpus or [], key=lambda g: g["bus_id"]):
+        if gpu["bus_id"] in seen:
+            continue
+        reason = action = None
+        for kind, text in _KERNEL_REASONS:
+            events = [e for e in (kernel or {}).get("events", [])
+                      if e["kind"] == kind and e["bus_id"] == gpu["bus_id"]]
+            if events:
+                reason, action = text, events[0]["action"]
+                break
+        if reason is None and kernel and gpu["bus_id"] in kernel.get("lost_bus_ids", []):
+            reason, action = "fell off the bus", "drain"
+        out.append({"bus_id": gpu["bus_id"], "pci_id": gpu["pci_id"], "reason": reason,
+                    "action": action})
+    return out

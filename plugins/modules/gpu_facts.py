@@ -28,7 +28,8 @@ options:
     default: true
   kernel_log:
     description:
-      - When nvidia-smi finds no device or a lost GPU, read C(dmesg) for the NVRM lines
+      - When nvidia-smi finds no device, a lost GPU, or fewer GPUs than lspci, read C(dmesg)
+        for the NVRM lines
         (C(RmInitAdapter failed), fallen off the bus, Xid 79) that name the failing bus id and
         PCI id.
     type: bool
@@ -137,6 +138,17 @@ ansible_facts:
           description: Closest NIC per GPU (list of gpu, name, nic, link), empty without NICs.
           type: list
           elements: dict
+        missing_gpus:
+          description:
+            - GPUs lspci lists that nvidia-smi does not (driver ready), by bus id, with the
+              kernel log's reason (dmesg is read when one is missing and C(kernel_log) is on).
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:b3:00.0"
+              pci_id: "10de:26b5"
+              reason: "fell off the bus"
+              action: "drain"
         tools:
           description: Which tools were found (lspci, nvidia_smi, dpkg_query, dmesg).
           type: dict
@@ -148,9 +160,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.cluster.plugins.module_utils.facts import parse_or_fail, run_tool
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver import (
     driver_state,
+    missing_gpus,
     nvidia_userspace_version,
     parse_dpkg_versions,
 )
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import (
     parse_lspci_nn,
     parse_lspci_nvswitches,
@@ -244,6 +258,13 @@ def collect(module, read=None):
             else:
                 module.warn(f"nvidia-smi topo -m exited {rc}: {(out + err).strip()[:200]}")
 
+    missing = missing_gpus(pci_gpus, gpus) if state["state"] == "ready" and pci_gpus else []
+    if missing and module.params["kernel_log"] and tools["dmesg"]:
+        rc, log, _err = run_tool(module, [tools["dmesg"]])
+        if rc == 0:
+            kernel = _parse(module, "dmesg", parse_kernel_log, log)
+            missing = missing_gpus(pci_gpus, gpus, kernel)
+
     driver = dict(state)
     driver["version"] = (gpus[0]["driver_version"] if gpus and gpus[0]["driver_version"]
                          else state["kernel_version"])
@@ -256,6 +277,7 @@ def collect(module, read=None):
         "nvswitches": nvswitches,
         "topology": topology,
         "gpu_nic_map": nic_map,
+        "missing_gpus": missing,
         "tools": {k.replace("-", "_"): bool(v) for k, v in tools.items()},
     }
 

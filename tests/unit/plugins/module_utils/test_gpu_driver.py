@@ -6,10 +6,12 @@ import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver import (
     DRIVER_STATES,
     driver_state,
+    missing_gpus,
     nvidia_userspace_version,
     parse_dpkg_versions,
     parse_proc_driver_version,
 )
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import parse_lspci_nn
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
 
@@ -176,3 +178,19 @@ def test_driver_state_gpu_lost_names_the_bus_id_from_the_kernel_log_n24():
     assert "0000:b3:00.0 fell off the bus" in state["reason"]
     assert "drain the node" in state["hint"] and "do not reinstall the driver" in state["hint"]
     assert driver_state(15, out)["failed_bus_ids"] == []
+
+
+def test_missing_gpus_n24_names_the_bus_id_lspci_has_and_nvidia_smi_lacks():
+    lspci = parse_lspci_nn(
+        "0000:b3:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:26b5] (rev a1)\n"
+        "0000:b4:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:26b5] (rev a1)\n"
+        "0000:b5:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:26b5] (rev a1)\n")
+    smi = [{"index": 0, "bus_id": "0000:b4:00.0"}]
+    kernel = parse_kernel_log(fixture_text(N24))
+    assert missing_gpus(lspci, smi, kernel) == [
+        {"bus_id": "0000:b3:00.0", "pci_id": "10de:26b5", "reason": "fell off the bus",
+         "action": "drain"},
+        {"bus_id": "0000:b5:00.0", "pci_id": "10de:26b5", "reason": None, "action": None}]
+    assert missing_gpus(lspci, smi + [{"bus_id": "0000:b3:00.0"}, {"bus_id": "0000:b5:00.0"}]) == []
+    with pytest.raises(ParseError, match="without a PCI bus id"):
+        missing_gpus(lspci, [{"index": 0, "name": "NVIDIA L40S"}])

@@ -305,7 +305,7 @@ def test_documentation_matches_argument_spec():
     returned = yaml.safe_load(gpu_facts.RETURN)["ansible_facts"]["contains"]["gpucluster_gpu"]
     keys = set(returned["contains"])
     assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "nvswitches",
-                    "topology", "gpu_nic_map", "tools"}
+                    "topology", "gpu_nic_map", "missing_gpus", "tools"}
     assert keys == set(gpu_facts.collect(FakeModule({}, {}), read=_files({})))
 
 
@@ -325,3 +325,21 @@ def test_gpu_lost_reads_dmesg_n24():
     assert facts["driver"]["class"] == "GPU_LOST"
     assert facts["driver"]["failed_bus_ids"] == ["0000:b3:00.0"]
     assert facts["driver"]["pci_ids"] == ["10de:26b5"]
+
+
+def test_ready_node_with_a_gpu_gone_from_nvidia_smi_n24():
+    lspci = LSPCI_8GPU.replace("0000:bd:00.0", "0000:b3:00.0")
+    query = "".join(ln for ln in QUERY_8GPU.splitlines(keepends=True) if ":BD:00.0" not in ln)
+    module = FakeModule(
+        _bins("lspci", "nvidia-smi", "dmesg"),
+        {"/usr/bin/lspci": (0, lspci, ""),
+         "/usr/bin/nvidia-smi --query-gpu": (0, query, ""),
+         "/usr/bin/dmesg": (0, fixture_text(N24), "")},
+        params={"topology": False})
+    facts = gpu_facts.collect(module, read=_files({}))
+    assert facts["driver"]["state"] == "ready"
+    assert facts["gpu_count"] == 7 and facts["pci_gpu_count"] == 8
+    assert facts["missing_gpus"] == [{"bus_id": "0000:b3:00.0", "pci_id": "10de:20b2",
+                                      "reason": "fell off the bus", "action": "drain"}]
+    ready = gpu_facts.collect(_ready_module(params={"topology": False}), read=_files({}))
+    assert ready["missing_gpus"] == []
