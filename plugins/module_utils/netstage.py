@@ -39,7 +39,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import gpu, hugepages, nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils import gpu_topology as gpu
+from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, nccl_env
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$")
 # A destination that is never routed (TEST-NET-1, RFC 5737): `ip route get` to it shows which

@@ -28,13 +28,15 @@ options:
     default: true
   kernel_log:
     description:
-      - When nvidia-smi finds no device, read C(dmesg) for the NVRM C(RmInitAdapter failed)
-        lines that name the failing bus id and PCI id.
+      - When nvidia-smi finds no device, a lost GPU, or fewer GPUs than lspci, read C(dmesg)
+        for the NVRM lines
+        (C(RmInitAdapter failed), fallen off the bus, Xid 79) that name the failing bus id and
+        PCI id.
     type: bool
     default: true
 notes:
-  - Parsers live in C(module_utils/gpu.py); their docstrings give every rule and
-    its source.
+  - Parsers live in C(module_utils/gpu_pci.py), C(gpu_smi.py), C(gpu_topology.py),
+    C(gpu_driver.py) and C(gpu_kernel.py); their docstrings give every rule and its source.
 author:
   - gpucluster contributors
 """
@@ -115,6 +117,17 @@ ansible_facts:
         pci_gpu_count:
           description: Number of entries in C(pci_gpus) (0 when lspci is missing).
           type: int
+        nvswitches:
+          description:
+            - NVSwitch bridges on the PCI bus (NVIDIA class 0680, lspci) as bus_id, pci_id, name;
+              null when lspci is missing. Fabric Manager applies only when this is not empty
+              (C(gpu_fabric.fabricmanager_state)).
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:c1:00.0"
+              pci_id: "10de:1af1"
+              name: "Device"
         topology:
           description:
             - C(nvidia-smi topo -m) as read by C(parse_topo_matrix) (gpu_count, gpus with
@@ -125,6 +138,17 @@ ansible_facts:
           description: Closest NIC per GPU (list of gpu, name, nic, link), empty without NICs.
           type: list
           elements: dict
+        missing_gpus:
+          description:
+            - GPUs lspci lists that nvidia-smi does not (driver ready), by bus id, with the
+              kernel log's reason (dmesg is read when one is missing and C(kernel_log) is on).
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:b3:00.0"
+              pci_id: "10de:26b5"
+              reason: "fell off the bus"
+              action: "drain"
         tools:
           description: Which tools were found (lspci, nvidia_smi, dpkg_query, dmesg).
           type: dict
@@ -134,15 +158,24 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.cluster.plugins.module_utils.facts import parse_or_fail, run_tool
-from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import (
-    GPU_QUERY_FIELDS,
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver import (
     driver_state,
-    gpu_nic_map,
-    gpus_from_query,
+    missing_gpus,
     nvidia_userspace_version,
     parse_dpkg_versions,
+)
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import (
     parse_lspci_nn,
+    parse_lspci_nvswitches,
+)
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import (
+    GPU_QUERY_FIELDS,
+    gpus_from_query,
     parse_query_gpu_csv,
+)
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_topology import (
+    gpu_nic_map,
     parse_topo_matrix,
 )
 
@@ -151,7 +184,7 @@ ARGUMENT_SPEC = {
     "kernel_log": {"type": "bool", "default": True},
 }
 PROC_VERSION = "/proc/driver/nvidia/version"
-# Packages that carry the user-space driver (see gpu.nvidia_userspace_version).
+# Packages that carry the user-space driver (see gpu_driver.nvidia_userspace_version).
 DPKG_PATTERNS = ("nvidia-utils-*", "nvidia-smi", "libnvidia-ml1", "libnvidia-compute-*",
                  "nvidia-driver-*", "nvidia-driver", "cuda-drivers")
 
@@ -177,10 +210,12 @@ def collect(module, read=None):
     tools = {name: module.get_bin_path(name) for name in ("lspci", "nvidia-smi", "dpkg-query",
                                                          "dmesg")}
     pci_gpus = None
+    nvswitches = None
     if tools["lspci"]:
         rc, out, err = run_tool(module, [tools["lspci"], "-Dnn"])
         if rc == 0:
             pci_gpus = _parse(module, "lspci -Dnn", parse_lspci_nn, out)
+            nvswitches = _parse(module, "lspci -Dnn", parse_lspci_nvswitches, out)
         else:
             module.warn(f"lspci -Dnn exited {rc}: {err.strip()}")
 
@@ -202,7 +237,7 @@ def collect(module, read=None):
         smi_text = smi_out + err
     state = _parse(module, "nvidia-smi / driver version files", driver_state, smi_rc, smi_text,
                    proc_text, userspace, pci_gpus)
-    if (state["class"] == "NO_DEVICES_INITIALISED" and module.params["kernel_log"]
+    if (state["class"] in ("NO_DEVICES_INITIALISED", "GPU_LOST") and module.params["kernel_log"]
             and tools["dmesg"]):
         rc, log, _err = run_tool(module, [tools["dmesg"]])
         if rc == 0:
@@ -223,6 +258,13 @@ def collect(module, read=None):
             else:
                 module.warn(f"nvidia-smi topo -m exited {rc}: {(out + err).strip()[:200]}")
 
+    missing = missing_gpus(pci_gpus, gpus) if state["state"] == "ready" and pci_gpus else []
+    if missing and module.params["kernel_log"] and tools["dmesg"]:
+        rc, log, _err = run_tool(module, [tools["dmesg"]])
+        if rc == 0:
+            kernel = _parse(module, "dmesg", parse_kernel_log, log)
+            missing = missing_gpus(pci_gpus, gpus, kernel)
+
     driver = dict(state)
     driver["version"] = (gpus[0]["driver_version"] if gpus and gpus[0]["driver_version"]
                          else state["kernel_version"])
@@ -232,8 +274,10 @@ def collect(module, read=None):
         "gpus": gpus,
         "gpu_count": len(gpus),
         "pci_gpu_count": len(pci_gpus or []),
+        "nvswitches": nvswitches,
         "topology": topology,
         "gpu_nic_map": nic_map,
+        "missing_gpus": missing,
         "tools": {k.replace("-", "_"): bool(v) for k, v in tools.items()},
     }
 

@@ -19,6 +19,7 @@ C02 = "nvidia-smi-topo/C02_topo_a100_nvswitch_roce_nic_legend.txt"
 C09_SMI = "nvidia-smi/C09_nvml_driver_library_mismatch_proc_version_vs_dpkg.1-nvidia-smi.txt"
 C09_VERSIONS = "nvidia-smi/C09_nvml_driver_library_mismatch_proc_version_vs_dpkg.2-proc-driver-nvidia-version-dpkg-l-nvidia.txt"  # noqa: E501 - fixture name
 C14 = "nvidia-smi/C14_nvidia_smi_no_devices_found_rminitadapter.txt"
+N24 = "nvidia-smi/N24_dmesg_gpu_fallen_off_bus_multiline_without_xid.txt"
 
 LSPCI_NO_GPU = (
     "0000:00:00.0 Host bridge [0600]: Intel Corporation Sky Lake-E DMI3 Registers [8086:2020] (rev 07)\n"
@@ -27,7 +28,9 @@ LSPCI_NO_GPU = (
 BUS_IDS = ["07", "0f", "47", "4e", "87", "90", "b7", "bd"]
 LSPCI_8GPU = "".join(
     f"0000:{b}:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)\n"
-    for b in BUS_IDS)
+    for b in BUS_IDS) + "".join(
+    f"0000:{b}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)\n"
+    for b in ("c1", "c2", "c3", "c4", "c5", "c6"))
 QUERY_8GPU = "".join(
     f"{i}, NVIDIA A100-SXM4-80GB, 00000000:{b.upper()}:00.0, GPU-{i:08d}, 81920, Enabled, 525.105.17\n"
     for i, b in enumerate(BUS_IDS))
@@ -94,6 +97,7 @@ def test_node_without_gpu():
     assert facts["driver"]["hint"] is None  # no GPU, nothing to install
     assert facts["gpus"] == [] and facts["pci_gpus"] == []
     assert facts["gpu_count"] == 0 and facts["pci_gpu_count"] == 0
+    assert facts["nvswitches"] == []
     assert facts["topology"] is None and facts["gpu_nic_map"] == []
     assert facts["tools"] == {"lspci": True, "nvidia_smi": False, "dpkg_query": False,
                               "dmesg": True}
@@ -103,6 +107,7 @@ def test_node_without_gpu():
 def test_node_without_any_tool():
     facts = gpu_facts.collect(FakeModule({}, {}), read=_files({}))
     assert facts["driver"]["state"] == "absent"
+    assert facts["nvswitches"] is None  # unknown without lspci
     assert "run lspci" in facts["driver"]["hint"]
     assert facts["pci_gpus"] == []
 
@@ -190,6 +195,7 @@ def test_ready_node_with_topology_c02():
                                 "driver_version": "525.105.17"}
     assert [g["bus_id"] for g in facts["gpus"]] == [g["bus_id"] for g in facts["pci_gpus"]]
     assert facts["topology"]["nvswitch"] is True
+    assert [n["bus_id"] for n in facts["nvswitches"]] == [f"0000:c{i}:00.0" for i in range(1, 7)]
     assert [m["nic"] for m in facts["gpu_nic_map"]] == [f"mlx5_{i}" for i in range(8)]
     query = next(c for c, _ in module.calls if "--query-gpu" in c)
     assert query == ("/usr/bin/nvidia-smi --query-gpu=index,name,pci.bus_id,uuid,memory.total,"
@@ -298,8 +304,9 @@ def test_documentation_matches_argument_spec():
     yaml.safe_load(gpu_facts.EXAMPLES)
     returned = yaml.safe_load(gpu_facts.RETURN)["ansible_facts"]["contains"]["gpucluster_gpu"]
     keys = set(returned["contains"])
-    assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "topology",
-                    "gpu_nic_map", "tools"}
+    assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "nvswitches",
+                    "topology", "gpu_nic_map", "missing_gpus", "tools"}
+    assert keys == set(gpu_facts.collect(FakeModule({}, {}), read=_files({})))
 
 
 def test_module_source_is_read_only():
@@ -307,3 +314,32 @@ def test_module_source_is_read_only():
     assert "supports_check_mode=True" in source
     assert not re.search(r"open\([^)]*['\"][wa]['\"]", source)
     assert os.path.basename(gpu_facts.__file__) == "gpu_facts.py"
+
+
+def test_gpu_lost_reads_dmesg_n24():
+    out = "Unable to determine the device handle for GPU0000:B3:00.0: Unknown Error\n"
+    module = FakeModule(_bins("nvidia-smi", "dmesg"),
+                        {"/usr/bin/nvidia-smi": (15, out, ""),
+                         "/usr/bin/dmesg": (0, fixture_text(N24), "")})
+    facts = gpu_facts.collect(module, read=_files({}))
+    assert facts["driver"]["class"] == "GPU_LOST"
+    assert facts["driver"]["failed_bus_ids"] == ["0000:b3:00.0"]
+    assert facts["driver"]["pci_ids"] == ["10de:26b5"]
+
+
+def test_ready_node_with_a_gpu_gone_from_nvidia_smi_n24():
+    lspci = LSPCI_8GPU.replace("0000:bd:00.0", "0000:b3:00.0")
+    query = "".join(ln for ln in QUERY_8GPU.splitlines(keepends=True) if ":BD:00.0" not in ln)
+    module = FakeModule(
+        _bins("lspci", "nvidia-smi", "dmesg"),
+        {"/usr/bin/lspci": (0, lspci, ""),
+         "/usr/bin/nvidia-smi --query-gpu": (0, query, ""),
+         "/usr/bin/dmesg": (0, fixture_text(N24), "")},
+        params={"topology": False})
+    facts = gpu_facts.collect(module, read=_files({}))
+    assert facts["driver"]["state"] == "ready"
+    assert facts["gpu_count"] == 7 and facts["pci_gpu_count"] == 8
+    assert facts["missing_gpus"] == [{"bus_id": "0000:b3:00.0", "pci_id": "10de:20b2",
+                                      "reason": "fell off the bus", "action": "drain"}]
+    ready = gpu_facts.collect(_ready_module(params={"topology": False}), read=_files({}))
+    assert ready["missing_gpus"] == []
