@@ -46,7 +46,7 @@ def _loose(phrase):
 
 _RUNTIME_UNKNOWN = re.compile(_loose("unknown or invalid runtime name:") + r"\s*([\w.\-]+)")
 _NO_DRIVER = re.compile(_loose('could not select device driver "" with capabilities:') + r"\s*(\[\[[^\]]*\]\])")
-_CDI = re.compile(_loose("unresolvable CDI devices") + r"\s+((?:[\w.\-]+/[\w.\-]+=[\w.\-:,]+?)(?:,\s*[\w.\-]+/[\w.\-]+=[\w.\-]+)*)(?::|\s|$)")
+_CDI = re.compile(_loose("unresolvable CDI devices") + r"\s+((?:[\w.\-]+/[\w.\-]+=[\w.\-:,]+?)(?:,\s*[\w.\-]+/[\w.\-]+=[\w.\-]+)*)(?::|\s|$)")  # noqa: E501
 _CLI = re.compile(r"nvidia-container-cli: (\w+) error: (.+?)(?::\s*unknown\.?|\\n|\"|$)", re.M)
 _BIN_MISSING = re.compile(r"fork/exec (\S*nvidia-container-runtime\S*): no such file or directory"
                           r"|exec: \"(nvidia-container-runtime[\w-]*)\": executable file not found in \$PATH")

@@ -55,7 +55,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import 
 
 INTERNAL_NETWORKS = ("IB", "Socket")
 
-_PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<lvl>INFO|WARN)(?: |$)")
+_PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<lvl>INFO|WARN)(?: |$)")  # noqa: E501
 _BARE = re.compile(r"^NCCL (?P<lvl>INFO|WARN) ")
 _VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+(?:\+cuda\d+\.\d+)?)$")
 _VERSION_START = re.compile(r"^NCCL version\b")
@@ -64,9 +64,9 @@ _PLUGIN = re.compile(r"^NET/Plugin ?: ?(.*)$")
 _LOADED = re.compile(r"^Loaded (net|coll|collnet) plugin (.+) \(v(\d+)\)$")
 _SYMBOL = re.compile(r"^Failed to find nccl(Net|CollNet)Plugin_v(\d+) symbol\.$")
 _NO_SYMBOL = re.compile(r"^Failed to find nccl(Net|CollNet)Plugin symbol \((?:v4 or v5|>= v5)\)\.")
-_NOT_FOUND = re.compile(r"^(?:dlerror=(?P<err>.*?) )?No plugin found(?: \((?P<lib>[^)]+)\))?(?:, using internal implementation)?\.?$")
-_LOAD_RET = re.compile(r"^Plugin load(?: \((?P<lib>[^)]+)\))? returned (?P<errno>\d+) : (?P<err>.*?)(?:\.| when loading (?P<lib2>\S+))?$")
-_RECENT_RET = re.compile(r"^Most recent plugin load returned (?P<errno>\d+) : (?P<err>.*?)\. All attempts to load '(?P<lib>[^']*)' also failed\.$")
+_NOT_FOUND = re.compile(r"^(?:dlerror=(?P<err>.*?) )?No plugin found(?: \((?P<lib>[^)]+)\))?(?:, using internal implementation)?\.?$")  # noqa: E501
+_LOAD_RET = re.compile(r"^Plugin load(?: \((?P<lib>[^)]+)\))? returned (?P<errno>\d+) : (?P<err>.*?)(?:\.| when loading (?P<lib2>\S+))?$")  # noqa: E501
+_RECENT_RET = re.compile(r"^Most recent plugin load returned (?P<errno>\d+) : (?P<err>.*?)\. All attempts to load '(?P<lib>[^']*)' also failed\.$")  # noqa: E501
 _COULD_NOT = re.compile(r"^Could not find:(?P<libs>(?: \S+)+)\. ?(?:Using internal network plugin\.)?$")
 _ENV_NAME = re.compile(r"^Plugin name set by env to (\S+)$")
 _INTERNAL = "Using internal network plugin."

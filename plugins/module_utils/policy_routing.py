@@ -30,7 +30,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import 
 
 _RULE = re.compile(r"^(\d+):\s+(not\s+)?from\s+(\S+)(.*)$")
 _RULE_ACTIONS = ("lookup", "table", "goto", "blackhole", "unreachable", "prohibit", "nop")
-_ROUTE_TYPES = ("unicast", "local", "broadcast", "blackhole", "unreachable", "prohibit", "throw", "anycast", "multicast")
+_ROUTE_TYPES = ("unicast", "local", "broadcast", "blackhole", "unreachable", "prohibit", "throw", "anycast", "multicast")  # noqa: E501
 _ADDR_HEAD = re.compile(r"^(\d+):\s+([^\s:@]+)(?:@\S+)?:\s+<([^>]*)>(.*)$")
 _PROMPT = re.compile(r"^\S*[$#]\s+(ip\s.*)$")
 
