@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpucluster.cli_diagnose import add_diagnose
 from gpucluster.cli_launch import add_launch, add_report
 
 console = Console(stderr=True)
@@ -97,7 +98,8 @@ def run_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report,
+                                                                add_diagnose]
 
 
 def build_parser() -> argparse.ArgumentParser:
