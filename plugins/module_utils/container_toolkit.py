@@ -152,7 +152,7 @@ def parse_docker_info_runtimes(text) -> dict:
     runtimes = None
     default = None
     for lineno, raw in enumerate(split_lines(text, "docker info"), 1):
-        line = raw.strip()
+        line = re.sub(r"[ \t]+", " ", raw.strip())
         m = re.match(r"^Runtimes:\s*(.*)$", line)
         if m:
             runtimes = m.group(1).split()

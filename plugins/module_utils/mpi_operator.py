@@ -92,10 +92,11 @@ def _table(lines, start, first_col="NAME"):
     rows = []
     i = start + 1
     while i < len(lines) and lines[i].strip():
-        cells = lines[i].split()
-        if len(cells) < min(3, len(header)):
-            raise ParseError(f"kubectl table line {i + 1}: {len(cells)} columns, header has {len(header)}: "
-                             f"{shorten(lines[i])!r}")
+        # kubectl >= 1.22 prints RESTARTS as "3 (2m ago)": one cell
+        cells = re.sub(r"(\d+) \((\S+) ago\)", r"\1(\2_ago)", lines[i].strip()).split()
+        if len(cells) != len(header):
+            raise ParseError(f"kubectl table line {i + 1}: {len(cells)} columns, header has {len(header)} (cut or "
+                             f"wrapped row?): {shorten(lines[i])!r}")
         rows.append(dict(zip(header, cells)))  # noqa: B905 (a short row is padded by kubectl)
         i += 1
     return header, rows, i
@@ -154,7 +155,7 @@ def read_job_status(text) -> dict:
     ``GANG_UNSCHEDULABLE`` (PodGroup Unschedulable: blocked whatever MPIJob STATE says),
     ``PODS_PENDING``, ``RUNNING``.
     """
-    lines = [ln.rstrip() for ln in split_lines(text, "kubectl output")]
+    lines = [re.sub(r"[ \t]+", " ", ln.rstrip()) for ln in split_lines(text, "kubectl output")]
     mpijob, pods, podgroup, job_conditions = None, [], None, []
     section = None
     i = 0

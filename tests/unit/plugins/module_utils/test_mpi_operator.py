@@ -50,3 +50,15 @@ def test_launcher_other_classes_and_unknown_input():
         read_launcher_log("all good\n")
     with pytest.raises(ParseError, match="never closed"):
         read_job_status("status:\n  conditions:\n  - message: 'cut here\n")
+
+
+def test_pod_table_restarts_with_age_and_a_cut_row():
+    table = ("NAME                READY   STATUS    RESTARTS      AGE\n"
+             "job-launcher        0/1     Error     3 (2m ago)    5m\n"
+             "job-worker-0        1/1     Running   0             5m\n")
+    r = read_job_status(table)
+    assert [(p["name"], p["status"], p["role"]) for p in r["pods"]] == [("job-launcher", "Error", "launcher"),
+                                                                       ("job-worker-0", "Running", "worker")]
+    cut = table.splitlines()[0] + "\n" + table.splitlines()[1] + "\njob-worker-1        0/1\n"
+    with pytest.raises(ParseError, match="line 3"):
+        read_job_status(cut)
