@@ -37,7 +37,8 @@ Classes (``cls``): ``PLUGIN_LOADED``, ``PLUGIN_LOADED_OLDER_API`` (a newer symbo
 an older one loaded: the compat path, not a failure - fixture N01), ``FOUND_BUT_INCOMPATIBLE``
 (library opened, no supported symbol, NCCL unloads it and uses its internal transports - fixture
 N02; the maintainer on NVIDIA/nccl #1292: "not indicative of a failure"), ``PLUGIN_NOT_FOUND``
-(no library: internal transports), ``PLUGIN_LOAD_ERROR`` (dlopen failed for another reason),
+(no library: internal transports), ``INTERNAL_NETWORK`` (``Using network IB|Socket`` without
+any loader line: the log does not say why), ``PLUGIN_LOAD_ERROR`` (dlopen failed for another reason),
 ``NET_NOT_FOUND``, ``NO_NET_INITIALIZED``, ``UNKNOWN`` (the log stops before a decisive line).
 Severity ``ok``/``warn``/``fail``: not finding or not using a plugin is ``ok`` unless a plugin
 is expected (``expect_plugin``, or ``NCCL_NET_PLUGIN`` in the log), then ``fail``.
@@ -124,7 +125,7 @@ class RankPlugin:
         if self.missing_symbols:
             return "UNKNOWN"  # opened, fallback chain started, the log stops before its end
         if self.network in INTERNAL_NETWORKS:
-            return "PLUGIN_NOT_FOUND"
+            return "INTERNAL_NETWORK"  # no loader line: why no plugin is in use is not in the log
         return None
 
     def as_dict(self) -> dict:
@@ -329,7 +330,7 @@ def read_net_plugin(text, expect_plugin=None) -> NetPluginState:
 
 
 _ORDER = ("NO_NET_INITIALIZED", "NET_NOT_FOUND", "PLUGIN_LOAD_ERROR", "FOUND_BUT_INCOMPATIBLE",
-          "PLUGIN_NOT_FOUND", "PLUGIN_LOADED_OLDER_API", "PLUGIN_LOADED", "UNKNOWN")
+          "PLUGIN_NOT_FOUND", "INTERNAL_NETWORK", "PLUGIN_LOADED_OLDER_API", "PLUGIN_LOADED", "UNKNOWN")
 
 
 def _verdict(ranks, version, cuda_driver, env, bootstrap, net_not_found, none_initialised, cuda_failures,
@@ -391,6 +392,11 @@ def _verdict(ranks, version, cuda_driver, env, bootstrap, net_not_found, none_in
         cause = f"{where}: no net plugin library found ({', '.join(libs) or 'libnccl-net.so'}); internal transports"
         fix = (f"install the plugin NCCL_NET_PLUGIN={expected} names and put its directory on "
                "LD_LIBRARY_PATH" if expected else None)
+    elif cls == "INTERNAL_NETWORK":
+        severity = "fail" if expected else "ok"
+        cause = f"{where}: NCCL uses its internal transport; the log has no plugin-loader line saying why"
+        fix = (f"NCCL_NET_PLUGIN={expected} is set but not in use: rerun with NCCL_DEBUG=INFO "
+               "NCCL_DEBUG_SUBSYS=INIT,NET to see the loader lines" if expected else None)
     elif cls == "PLUGIN_LOADED_OLDER_API":
         severity = "warn"
         cause = (f"{where} asks for net API v{max(asked)}; plugin '{loaded['name']}' loaded through the "

@@ -73,7 +73,7 @@ def test_n02_library_without_supported_symbol_is_info_unless_a_plugin_is_expecte
           "NET/Plugin: Loaded net plugin AWS Libfabric (v8)",
           "Using network AWS Libfabric"], "PLUGIN_LOADED", "ok", "AWS Libfabric"),
         # 2.27
-        (["Initialized NET plugin IB", "Assigned NET plugin IB to comm"], "PLUGIN_NOT_FOUND", "ok", "IB"),
+        (["Initialized NET plugin IB", "Assigned NET plugin IB to comm"], "INTERNAL_NETWORK", "ok", "IB"),
     ],
 )
 def test_loader_messages_across_versions(lines, cls, severity, network):
