@@ -31,6 +31,14 @@ Kinds and sources (each case is a fixture under tests/fixtures):
   (NVIDIA/nccl-tests #131). Fixture E12.
 
 NCCL result codes (``-> 2`` in the call trace) follow ``ncclResult_t`` in nccl.h.
+
+``gpucluster diagnose`` (docs/diagnose.md): ``split_blocks(text)`` cuts a paste into the tool
+outputs it holds and detects each one's kind from its grammar (or from the shell prompt's
+command); ``diagnose_text(text)`` / ``diagnose_inputs([(name, text)])`` read every block with
+the module that owns its kind (gpu, rdma, hugepages, bench, nccl_env, daemon_json, peermem,
+nccl_net_plugin, container_toolkit, mpi_operator, cloud_errors, policy_routing, and the
+classifier above) and return ``Finding`` rows (kind, state ok/warn/fail/unreadable, class,
+cause, fix); ``exit_code(findings)`` is 0 healthy, 1 a problem found, 2 unreadable.
 """
 
 from __future__ import annotations

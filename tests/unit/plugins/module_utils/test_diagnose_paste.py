@@ -150,3 +150,15 @@ def test_exit_codes():
     assert [f.state for f in unreadable["findings"]] == ["unreadable"]
     assert "line" in unreadable["findings"][0].cause and unreadable["exit_code"] == 2
     assert exit_code([]) == 2
+
+
+def test_ibstat_and_ibv_devices_are_recognised_even_before_rdma_reads_them():
+    ibstat = ("CA 'mlx5_0'\n\tCA type: MT4123\n\tNumber of ports: 1\n\tFirmware version: 20.31.1014\n"
+              "\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200\n")
+    devices = ("    device          \t   node GUID\n    ------          \t----------------\n"
+               "    mlx5_bond_0     \t0000000000000000\n")
+    assert [b.kind for b in split_blocks(ibstat)] == ["ibstat"]
+    assert [b.kind for b in split_blocks(devices)] == ["ibv_devices"]
+    for text in (ibstat, devices):
+        (finding,) = diagnose_text(text)
+        assert finding.state in ("ok", "warn", "fail")  # a reader's verdict, or "no reader yet" (warn)
