@@ -290,7 +290,7 @@ def nccl_transport_summary(log: str) -> dict:
             lst.append(item)
 
     for raw in str(log).splitlines():
-        line = raw.rstrip()
+        line = re.sub(r"[ \t]+", " ", raw.strip())  # a paste's lost indentation and tabs
         pm = _PREFIX.match(line)
         host = pm.group(1) if pm else None
         if host and "NCCL" in line:
@@ -631,6 +631,7 @@ _RULES = (
 def classify_all(text: str, interfaces=None) -> list:
     """Every known failure the output shows, most specific first (see classify())."""
     ctx = {"interfaces": interfaces}
+    text = "\n".join(re.sub(r"[ \t]+", " ", ln.strip()) for ln in str(text).splitlines())
     out = []
     for rule in _RULES:
         d = rule(str(text), ctx)
@@ -756,7 +757,7 @@ class Finding:
 
 
 def _line_kind(line):
-    s = line.strip()
+    s = re.sub(r"[ \t]+", " ", line.strip())  # a paste's tabs match the signatures' spaces
     if not s:
         return None
     for kind, rx in _SIG:

@@ -190,7 +190,7 @@ def test_shuffled_order_free_listings_keep_the_reading(seed):
     assert _job("\n".join(lines[:6] + rows + lines[9:]) + "\n") == _job(n10)
 
 
-@settings(max_examples=100, deadline=None, database=None, phases=(Phase.explicit, Phase.generate))
+@settings(max_examples=60, deadline=None, database=None, phases=(Phase.explicit, Phase.generate))
 @given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=400)
        | st.lists(st.sampled_from([
            "x:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin X (v7)", "32765:\tfrom 10.0.0.1 lookup 7",
@@ -208,3 +208,18 @@ def test_arbitrary_input_never_crashes_a_reader_or_diagnose(text):
             reader(text)
     for finding in diagnose.diagnose_text(text):
         assert finding.state in ("ok", "warn", "fail", "unreadable")
+
+
+MULTI = [c for c in CASES if not c.startswith("container-toolkit/N04") or ".1-" in c]
+
+
+@settings(FAST, max_examples=8)
+@given(data=st.data())
+def test_diagnose_of_a_mangled_multi_output_paste_keeps_kinds_and_classes(data):
+    order = data.draw(st.permutations(MULTI))
+    text = "".join(fixture_text(c) for c in order)
+
+    def rows(t):
+        return [(f.kind, f.state, f.cls) for f in diagnose.diagnose_text(t)]
+
+    assert rows(data.draw(whitespace_mangled(text))) == rows(text)
