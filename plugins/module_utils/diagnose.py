@@ -1110,12 +1110,17 @@ def diagnose_text(text, source=None) -> list:
 
 def diagnose_inputs(inputs) -> dict:
     """``inputs``: ``[(name, text)]``. Returns ``{"findings": [Finding], "exit_code": int,
-    "recognised": bool}``; see :func:`exit_code`."""
+    "recognised": bool, "unrecognised": [{"source", "lines"}]}`` (the stretches of text no
+    reader claimed, e.g. ``hostnamectl`` output pasted along); see :func:`exit_code`."""
     findings = []
+    unrecognised = []
     for name, text in inputs:
         findings.extend(diagnose_text(text, source=name))
+        unrecognised.extend({"source": name, "lines": [b.first, b.last]}
+                            for b in split_blocks(text) if b.kind == "unknown")
     findings.extend(_cross_checks(findings))
-    return {"findings": findings, "exit_code": exit_code(findings), "recognised": bool(findings)}
+    return {"findings": findings, "exit_code": exit_code(findings), "recognised": bool(findings),
+            "unrecognised": unrecognised}
 
 
 def exit_code(findings) -> int:

@@ -52,8 +52,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
     result = diagnose.diagnose_inputs(inputs)
     findings = result["findings"]
     if args.json:
-        print(json.dumps({"exit_code": result["exit_code"], "findings": [f.as_dict() for f in findings]},
-                         indent=2, default=str))
+        print(json.dumps({"exit_code": result["exit_code"], "findings": [f.as_dict() for f in findings],
+                          "unrecognised": result["unrecognised"]}, indent=2, default=str))
         return result["exit_code"]
     if not findings:
         console.print("[magenta]unreadable:[/magenta] no known tool output in the input (nvidia-smi, NCCL log, "
@@ -67,5 +67,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
         kind = f"{escape(f.kind)}\n[dim]{escape(where)}[/dim]"
         state = f"[{_STYLE[f.state]}]{f.state}[/{_STYLE[f.state]}]\n[dim]{escape(f.cls)}[/dim]"
         table.add_row(kind, state, escape(f.cause), escape(f.fix or ""))
-    Console(width=max(Console().width, 160)).print(table)
+    out = Console(width=max(Console().width, 160))
+    out.print(table)
+    for u in result["unrecognised"]:
+        out.print(f"[dim]not read (no known tool output): {escape(u['source'])}:{u['lines'][0]}-{u['lines'][1]}[/dim]")
     return result["exit_code"]

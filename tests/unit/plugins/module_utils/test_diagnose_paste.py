@@ -152,6 +152,14 @@ def test_exit_codes():
     assert exit_code([]) == 2
 
 
+def test_unrecognised_stretches_are_reported_not_dropped():
+    env = fixture_text(N05 + ".3-environment.txt")  # hostnamectl + systemctl --version + a cut nvidia-smi table
+    r = diagnose_inputs([("env", env)])
+    assert [f.cls for f in r["findings"]] == ["READY"]
+    assert r["unrecognised"] and all(u["source"] == "env" for u in r["unrecognised"])
+    assert r["unrecognised"][0]["lines"][0] == 2  # line 1 is the "cmd: hostnamectl" prompt
+
+
 def test_ibstat_and_ibv_devices_are_recognised_even_before_rdma_reads_them():
     ibstat = ("CA 'mlx5_0'\n\tCA type: MT4123\n\tNumber of ports: 1\n\tFirmware version: 20.31.1014\n"
               "\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200\n")
