@@ -934,12 +934,14 @@ def _read_block(block):
             m = re.match(r"^\s*(?:echo\s+)?['\"]?(NCCL_\w+\s*=\s*[^'\"\s>]*)['\"]?(?:\s*>>?\s*\S+)?\s*$", ln)
             if m:
                 conf.append(m.group(1))
+        settings = nccl_env.parse_nccl_conf("\n".join(conf))
         problems = nccl_env.lint_nccl_conf("\n".join(conf))
         if problems:
             return [dict(kind=k, state=FAIL, cls="NCCL_CONF_PROBLEM", cause="; ".join(problems),
                          fix="write the data NIC explicitly: NCCL_SOCKET_IFNAME==<nic>",
-                         reading={"problems": problems})]
-        return [dict(kind=k, state=OK, cls="NCCL_CONF_OK", cause="nothing to object to", reading={})]
+                         reading={"problems": problems, "settings": settings})]
+        return [dict(kind=k, state=OK, cls="NCCL_CONF_OK", cause="nothing to object to",
+                     reading={"settings": settings})]
     if k == "gid-table":
         gids = rdma.parse_gid_table(text)
         return [dict(kind=k, state=OK, cls="GID_TABLE", cause=f"{len(gids)} GID entries; RoCE v2 IPv4 index "
@@ -1076,6 +1078,19 @@ def _cross_checks(findings):
                              cause=f"the host lists {n} GPU(s) but the container's NVML cannot open them: the "
                                    "container lost its device access, the driver is fine",
                              fix=lost[0].fix, source="(host nvidia-smi -L + container)", reading={"host_gpus": n}))
+    settings = {}
+    for f in by.get("NCCL_CONF_OK", []) + by.get("NCCL_CONF_PROBLEM", []):
+        settings.update(f.reading.get("settings") or {})
+    wanted_plugin = settings.get("NCCL_NET_PLUGIN")
+    if wanted_plugin:
+        for f in findings:
+            if f.kind == "nccl-net-plugin" and f.cls in ("FOUND_BUT_INCOMPATIBLE", "PLUGIN_NOT_FOUND",
+                                                         "INTERNAL_NETWORK", "PLUGIN_LOAD_ERROR") and f.state != FAIL:
+                extra.append(Finding(kind="nccl-net-plugin", state=FAIL, cls=f.cls,
+                                     cause=f"NCCL_NET_PLUGIN={wanted_plugin} is set, but: {f.cause}",
+                                     fix=f.fix or f"install the plugin NCCL_NET_PLUGIN={wanted_plugin} names and put "
+                                                  "its directory on LD_LIBRARY_PATH",
+                                     source="(NCCL settings + NCCL log)", reading={"expected": wanted_plugin}))
     mi = next((f.reading for f in by.get("MEMINFO_HUGEPAGES", [])), None)
     cap = next((f.reading["capacity"] for f in by.get("KUBELET_HUGEPAGES", [])), None)
     if mi and cap and mi.get("total") and mi.get("page_size"):

@@ -170,3 +170,13 @@ def test_ibstat_and_ibv_devices_are_recognised_even_before_rdma_reads_them():
     for text in (ibstat, devices):
         (finding,) = diagnose_text(text)
         assert finding.state in ("ok", "warn", "fail")  # a reader's verdict, or "no reader yet" (warn)
+
+
+def test_a_plugin_set_in_the_nccl_settings_turns_the_internal_fallback_into_a_failure():
+    n02 = fixture_text("nccl-net-plugin/N02_nccl_plugin_found_but_no_supported_symbol_internal_fallback.txt")
+    alone = diagnose_inputs([("log", n02)])
+    assert ("nccl-net-plugin", "ok", "FOUND_BUT_INCOMPATIBLE") in [(f.kind, f.state, f.cls) for f in alone["findings"]]
+    r = diagnose_inputs([("env", "NCCL_NET_PLUGIN=ofi\n"), ("log", n02)])
+    failed = [f for f in r["findings"] if f.source == "(NCCL settings + NCCL log)"]
+    assert len(failed) == 1 and failed[0].state == "fail" and failed[0].cls == "FOUND_BUT_INCOMPATIBLE"
+    assert "NCCL_NET_PLUGIN=ofi" in failed[0].cause and "stray libnccl-net.so" in failed[0].fix
