@@ -31,6 +31,14 @@ Kinds and sources (each case is a fixture under tests/fixtures):
   (NVIDIA/nccl-tests #131). Fixture E12.
 
 NCCL result codes (``-> 2`` in the call trace) follow ``ncclResult_t`` in nccl.h.
+
+``gpucluster diagnose`` (docs/diagnose.md): ``split_blocks(text)`` cuts a paste into the tool
+outputs it holds and detects each one's kind from its grammar (or from the shell prompt's
+command); ``diagnose_text(text)`` / ``diagnose_inputs([(name, text)])`` read every block with
+the module that owns its kind (gpu, rdma, hugepages, bench, nccl_env, daemon_json, peermem,
+nccl_net_plugin, container_toolkit, mpi_operator, cloud_errors, policy_routing, and the
+classifier above) and return ``Finding`` rows (kind, state ok/warn/fail/unreadable, class,
+cause, fix); ``exit_code(findings)`` is 0 healthy, 1 a problem found, 2 unreadable.
 """
 
 from __future__ import annotations
@@ -38,6 +46,21 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+
+from ansible_collections.gpucluster.cluster.plugins.module_utils import (
+    bench,
+    cloud_errors,
+    container_toolkit,
+    daemon_json,
+    gpu,
+    hugepages,
+    mpi_operator,
+    nccl_env,
+    nccl_net_plugin,
+    peermem,
+    policy_routing,
+    rdma,
+)
 
 NCCL_RESULTS = {
     0: "ncclSuccess",
@@ -267,7 +290,7 @@ def nccl_transport_summary(log: str) -> dict:
             lst.append(item)
 
     for raw in str(log).splitlines():
-        line = raw.rstrip()
+        line = re.sub(r"[ \t]+", " ", raw.strip())  # a paste's lost indentation and tabs
         pm = _PREFIX.match(line)
         host = pm.group(1) if pm else None
         if host and "NCCL" in line:
@@ -608,6 +631,7 @@ _RULES = (
 def classify_all(text: str, interfaces=None) -> list:
     """Every known failure the output shows, most specific first (see classify())."""
     ctx = {"interfaces": interfaces}
+    text = "\n".join(re.sub(r"[ \t]+", " ", ln.strip()) for ln in str(text).splitlines())
     out = []
     for rule in _RULES:
         d = rule(str(text), ctx)
@@ -625,3 +649,501 @@ def classify(text: str, interfaces=None):
     """
     found = classify_all(text, interfaces)
     return found[0] if found else None
+
+
+# --------------------------------------------------------------------------------------------
+# gpucluster diagnose: kind detection on a paste of several outputs, one finding per block
+# --------------------------------------------------------------------------------------------
+#
+# A paste is split into blocks, each read by the reader that owns its kind. Shell prompts
+# (``host:~$ ip -4 rule``, ``(container) $ nvidia-smi -L``, ``cmd: ...``) end a block and hint
+# the next one's kind from the command; without prompts every line is matched against the
+# signature lines of each kind's grammar, and a line with another kind's signature starts a new
+# block. Lines without a signature (JSON/YAML bodies, blank lines, banners) stay with the block
+# they are in; unsigned lines before the first block join it. Adjacent blocks of one kind merge.
+
+OK, WARN, FAIL, UNREADABLE = "ok", "warn", "fail", "unreadable"
+
+_NCCL_LINE = r"^[^\s:]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN)|^NCCL (?:INFO|WARN) |^NCCL version \d"
+_SIGNATURES = (
+    ("nccl-tests", r"^#\s*(?:nccl-tests|Using devices|Rank\s+\d+ Group|size\s+count\s+type|Avg bus bandwidth|"
+                   r"Out of bounds values|out-of-place\s+in-place|\(B\)\s+\(elements\)|nThread \d+ nGpus)"),
+    ("nccl-log", _NCCL_LINE),
+    ("container-toolkit", r"unknown or invalid runtime name|nvidia-container-cli:|unresolvable\s*CDI|"
+                          r"could not select device driver|Failed to initialize NVML: Unknown Error|"
+                          r"nvidia-container-runtime[\w-]*\"?: (?:no such file|executable file not found)"),
+    ("nvidia-smi-topo", r"^GPU0(?:\s+(?:GPU1|NIC0|mlx\S+|CPU Affinity|X))|^Legend:$|^X\s+= Self$|"
+                        r"^GPU\d+\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\s|^NIC Legend:$"),
+    ("nvidia-smi-list", r"^GPU \d+: .+\(UUID: GPU-"),
+    ("nvidia-smi-query", r"--query-gpu=|gpu=[\w.,]+ --format=csv"),
+    ("peer-memory", r"nv_peer_mem|nvidia[-_]peer-?mem|ib_register_peer_memory_client|DKMS make\.log for nv_peer"),
+    ("benchmark", r"Img/sec per|Total img/sec on |total images/sec:"),
+    ("nccl-conf", r"^(?:echo\s+['\"]?)?NCCL_[A-Z0-9_]+\s*=\s*\S"),
+    ("gid-table", r"^GID\[\s*\d+\]:"),
+    ("nvidia-smi", r"NVIDIA-SMI \d|^\+-{5,}[-+]*\+$|^\|={5,}|NVIDIA-SMI has failed|couldn't communicate with the "
+                   r"NVIDIA driver|Failed to initialize NVML: (?!Unknown Error)|^No devices were found$|"
+                   r"Unable to determine the device handle"),
+    ("docker-info", r"^(?:Runtimes|Default Runtime|Server Version|Storage Driver|Cgroup Driver|Cgroup Version):"),
+    ("daemon-json", r"^\{$|^\"[\w.-]+\"\s*:|unable to configure the Docker daemon with file|"
+                    r"the following directives are specified both as a flag and in the configuration file"),
+    ("cloud-eni", r"AttachmentLimitExceeded|An error occurred \([\w.]+\) when calling|^status code: \d+, request id:|"
+                  r"TencentCloudSDKException|Resource handler returned message|Failed to attach eni|Created a new eni|"
+                  r"IP pool stats:|Discovered device number|Exceeded instance eni attachment limit|"
+                  r"\"Error\"\s*:\s*\{\s*\"Code\""),
+    ("mpi-operator", r"^NAME\s+AGE\s+STATE$|^NAME\s+READY\s+STATUS\s|tasks in gang unschedulable|^status:$|"
+                     r"^conditions:$|-(?:launcher|worker-\d+)\s+\d+/\d+\s"),
+    ("mpi", r"ssh: Could not resolve hostname|ORTE was unable to reliably start|ORTE does not know how to route|"
+            r"orted: (?:No such file|command not found)|Host key verification failed|btl_tcp_endpoint|"
+            r"received unexpected process identifier|ibv_create_cq\(\) failed|ssh: connect to host|"
+            r"Permission denied \(publickey"),
+    ("hugepages-k8s", r"^hugepages-\d+\w+:\s|^(?:Capacity|Allocatable):$"),
+    ("meminfo", r"^(?:MemTotal|MemFree|HugePages_Total|HugePages_Free|HugePages_Rsvd|Hugepagesize|Hugetlb):\s"),
+    ("ibstatus", r"^Infiniband device '\S+' port \d+ status:$"),
+    ("ibstat", r"^CA '\S+'$|^CA type:|^Number of ports: \d"),
+    ("ibv_devinfo", r"^hca_id:\s|^No IB devices found$"),
+    ("ibv_devices", r"^device\s+node GUID$|^-{6}\s+-{10,}$"),
+    ("ibdev2netdev", r"^\S+ port \d+ ==> \S+ \((?:Up|Down)\)$"),
+    ("ulimit", r"max locked memory|^-l: locked-in-memory"),
+    ("ifconfig", r"^[\w.-]+: flags=\d+<|^inet \S+\s+netmask |^[\w.-]+\s+Link encap:|^inet addr:"),
+    ("policy-routing", r"^\d+:\s+(?:not\s+)?from\s+\S+|^\d+: [\w.@-]+: <[A-Z_,]*>|^link/\w+ [0-9a-f:]{17}|"
+                       r"^inet6? [0-9a-f.:]+/\d+|^(?:default|[0-9.]+(?:/\d+)?|[0-9a-f:]+/\d+) (?:via|dev) \S+"),
+)
+_SIG = tuple((kind, re.compile(rx)) for kind, rx in _SIGNATURES)
+_COMMANDS = (
+    (r"^ip\b|^sudo ip\b", "policy-routing"), (r"--query-gpu=", "nvidia-smi-query"),
+    (r"nvidia-smi\s+-L\b", "nvidia-smi-list"),
+    (r"nvidia-smi\s+topo\b", "nvidia-smi-topo"), (r"^(?:sudo )?nvidia-smi\b", "nvidia-smi"),
+    (r"docker info\b", "docker-info"), (r"daemon\.json", "daemon-json"), (r"^(?:sudo )?ibstatus\b", "ibstatus"),
+    (r"^(?:sudo )?ibstat\b", "ibstat"), (r"ibv_devinfo\b", "ibv_devinfo"), (r"ibv_devices\b", "ibv_devices"),
+    (r"ibdev2netdev\b", "ibdev2netdev"), (r"/proc/meminfo", "meminfo"), (r"kubectl describe node", "hugepages-k8s"),
+    (r"kubectl (?:get|describe) (?:mpijob|pods?|podgroup)", "mpi-operator"), (r"ulimit\b", "ulimit"),
+    (r"ifconfig\b", "ifconfig"),
+)
+_PROMPT_LINE = re.compile(r"^(?:\([\w-]+\)\s*)?(?:[\w.<>@~:/\[\]-]*[$#]|cmd:)\s+(?P<cmd>(?:sudo\s+)?"
+                          r"(?:ip|nvidia-smi|docker|ibstat|ibstatus|ibv_devinfo|ibv_devices|ibdev2netdev|cat|grep|"
+                          r"kubectl|ulimit|mpirun|mpiexec|show_gids|rdma|dmesg|journalctl|systemctl|hostnamectl|"
+                          r"lspci|ifconfig|lsmod|modprobe|nvidia-ctk|nvidia-container-cli|horovodrun|torchrun|"
+                          r"all_reduce_perf|\./build/\w+|uname|ethtool)\b.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One output inside a paste: its ``kind``, 1-based ``first``/``last`` line and its text."""
+
+    kind: str
+    first: int
+    last: int
+    text: str
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one block says: ``kind``, ``state`` (ok/warn/fail/unreadable), ``cls`` (the reader's
+    class), ``cause``, ``fix``, where it is (``source``, ``lines``) and the reader's ``reading``."""
+
+    kind: str
+    state: str
+    cls: str
+    cause: str
+    fix: str | None = None
+    source: str | None = None
+    lines: tuple = ()
+    reading: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "state": self.state, "class": self.cls, "cause": self.cause, "fix": self.fix,
+                "source": self.source, "lines": list(self.lines), "reading": self.reading}
+
+
+def _line_kind(line):
+    s = re.sub(r"[ \t]+", " ", line.strip())  # a paste's tabs match the signatures' spaces
+    if not s:
+        return None
+    for kind, rx in _SIG:
+        if rx.search(s):
+            return kind
+    return None
+
+
+def _command_kind(cmd):
+    cmd = re.sub(r"\s+", " ", cmd.strip())
+    for rx, kind in _COMMANDS:
+        if re.search(rx, cmd):
+            return kind
+    return None
+
+
+def split_blocks(text) -> list:
+    """The outputs in a paste, in order, each with the kind its grammar (or command) shows.
+
+    Unsigned lines between blocks stay with the block before them; a segment whose lines match no
+    kind is a block of kind ``unknown``.
+    """
+    lines = str(text).splitlines()
+    blocks = []
+    cur = None  # [kind, first, last, [lines], command]
+    pending = []  # (lineno, line) before the first signed line of a segment
+    hint = None
+    command = None
+
+    def close():
+        nonlocal cur
+        if cur is not None:
+            blocks.append(cur)
+        cur = None
+
+    def flush_pending_unknown():
+        nonlocal pending
+        body = [ln for _, ln in pending]
+        if any(ln.strip() for ln in body):
+            first = next(n for n, ln in pending if ln.strip())
+            last = max(n for n, ln in pending if ln.strip())
+            blocks.append(["unknown", first, last, [ln for n, ln in pending if first <= n <= last], command])
+        pending = []
+
+    for lineno, line in enumerate(lines, 1):
+        s = line.strip()
+        pm = _PROMPT_LINE.match(s)
+        if pm:
+            close()
+            flush_pending_unknown()
+            command = pm.group("cmd")
+            hint = _command_kind(command)
+            continue
+        kind = _line_kind(line)
+        if kind is None and hint is not None and cur is None and s:
+            kind = hint
+        if kind is None:
+            if cur is None:
+                pending.append((lineno, line))
+            else:
+                cur[3].append(line)
+                if s:
+                    cur[2] = lineno
+            continue
+        if cur is not None and cur[0] == kind:
+            cur[3].append(line)
+            cur[2] = lineno
+            continue
+        close()
+        lead = [(n, ln) for n, ln in pending]
+        pending = []
+        first = next((n for n, ln in lead if ln.strip()), lineno)
+        cur = [kind, first, lineno, [ln for n, ln in lead if n >= first] + [line], command]
+    close()
+    flush_pending_unknown()
+    if any(b[0] == "nccl-tests" for b in blocks):  # nccl-tests prints NCCL INFO lines inside its table
+        for b in blocks:
+            if b[0] == "nccl-log":
+                b[0] = "nccl-tests"
+    merged = []
+    for kind, first, last, body, cmd in blocks:
+        if kind == "policy-routing" and cmd and not body[0].lstrip().startswith("$ "):
+            body = ["$ " + cmd] + body  # iproute2 readers need the command (family, table)
+        if merged and merged[-1].kind == kind and kind != "unknown":
+            prev = merged[-1]
+            merged[-1] = Block(kind, prev.first, last, prev.text + "\n" + "\n".join(body), prev.command or cmd)
+        else:
+            merged.append(Block(kind, first, last, "\n".join(body), cmd))
+    return merged
+
+
+def _from(kind, reading, cls, **extra):
+    state = {"ok": OK, "warn": WARN, "fail": FAIL}[reading["severity"]]
+    return dict(kind=kind, state=state, cls=reading["class"] if cls is None else cls, cause=reading["cause"],
+                fix=reading.get("fix"), reading=reading, **extra)
+
+
+def _read_nccl(block):
+    out = []
+    if nccl_net_plugin.has_plugin_lines(block.text):
+        st = nccl_net_plugin.read_net_plugin(block.text)
+        out.append(_from("nccl-net-plugin", st.as_dict(), None))
+    d = classify(block.text)
+    s = nccl_transport_summary(block.text)
+    if d is not None:
+        out.append(dict(kind="nccl-log", state=FAIL, cls=d.kind, cause=d.message, fix=d.fix, reading=d.as_dict()))
+        return out
+    where = f"NCCL {s['nccl_version']}" if s["nccl_version"] else "NCCL"
+    if s["warnings"] or s["error_code"] not in (None, 0):
+        counts = {}
+        for w in s["warnings"]:
+            counts[w] = counts.get(w, 0) + 1
+        first = ", ".join(f"{n}x {w!r}" for w, n in list(counts.items())[:3])
+        code = f"; NCCL returned {s['error_code']} ({s['error_name']})" if s["error_code"] else ""
+        out.append(dict(kind="nccl-log", state=FAIL, cls="NCCL_WARN", reading=s,
+                        cause=f"{where}: {len(s['warnings'])} NCCL WARN line(s): {first}{code}; the log does not "
+                              "show the root cause (these are not net-plugin errors)",
+                        fix="read the lines before the first WARN; rerun with NCCL_DEBUG=INFO "
+                            "NCCL_DEBUG_SUBSYS=INIT,NET on every rank"))
+        return out
+    if not out or s["transport"]:
+        out.append(dict(kind="nccl-log", state=OK, cls="NCCL_INIT", reading=s,
+                        cause=f"{where}: transport {s['transport'] or 'not in the log'}"
+                              + (f", GPUDirect RDMA {'on' if s['gdr'] else 'off'}" if s["gdr"] is not None else "")))
+    return out
+
+
+def _read_nccl_tests(text):
+    k = "nccl-tests"
+    r = bench.parse_nccl_tests(text)
+    if r.ok:
+        bw, size, _ = r.peak_busbw()
+        return [dict(kind=k, state=OK, cls="NCCL_TESTS_OK", cause=f"{len(r.rows)} sizes, peak busbw {bw} GB/s "
+                     f"at {size} B", reading={"peak_busbw": bw, "rows": len(r.rows)})]
+    return [dict(kind=k, state=FAIL, cls="NCCL_TESTS_FAILED", cause=r.reason,
+                 fix="read the NCCL WARN lines of the failing rank (NCCL_DEBUG=INFO)", reading={"rows": len(r.rows)})]
+
+
+def _read_block(block):
+    """Findings (as dicts without ``source``/``lines``) for one block; ValueError when unreadable."""
+    k, text = block.kind, block.text
+    if k == "nccl-log":
+        return _read_nccl(block)
+    if k == "nccl-tests":
+        extra = _read_nccl(block) if re.search(_NCCL_LINE, text, re.M) else []
+        extra = [f for f in extra if f["state"] != OK or f["kind"] == "nccl-net-plugin"]
+        try:
+            tests = _read_nccl_tests(text)
+        except ValueError as exc:
+            tests = [dict(kind=k, state=UNREADABLE, cls="UNREADABLE", cause=str(exc),
+                          fix="paste the complete nccl-tests output", reading={})]
+        return tests + extra
+    if k == "nvidia-smi-query":
+        lines = text.splitlines()
+        if block.command and "--query-gpu=" in block.command:
+            lines = [block.command] + lines
+        head = next(i for i, ln in enumerate(lines) if re.search(r"(?:--query-)?gpu=[\w.,]+", ln))
+        fields = re.search(r"(?:--query-)?gpu=([\w.,]+)", lines[head]).group(1).split(",")
+        rows = gpu.parse_query_gpu_csv("\n".join(lines[head + 1:]), fields)
+        return [dict(kind=k, state=OK, cls="QUERY_GPU", cause=f"{len(rows)} GPU row(s), {len(fields)} fields",
+                     reading={"fields": fields, "rows": rows})]
+    if k == "peer-memory":
+        r = peermem.classify_peermem_error(text)
+        if r["class"] == "UNKNOWN":
+            raise ValueError("peer-memory output: no known nv_peer_mem/nvidia_peermem failure in it")
+        return [dict(kind=k, state=FAIL, cls=r["class"], cause=r["message"], fix=None, reading=r)]
+    if k == "benchmark":
+        r = bench.parse_throughput(text)
+        return [dict(kind=k, state=OK, cls="THROUGHPUT", reading={"total": r.total, "gpus": r.gpus, "unit": r.unit},
+                     cause=f"{r.tool}: {r.total} {r.unit} total" + (f" on {r.gpus} GPU(s)" if r.gpus else ""))]
+    if k == "nccl-conf":
+        conf = []
+        for ln in text.splitlines():
+            m = re.match(r"^\s*(?:echo\s+)?['\"]?(NCCL_\w+\s*=\s*[^'\"\s>]*)['\"]?(?:\s*>>?\s*\S+)?\s*$", ln)
+            if m:
+                conf.append(m.group(1))
+        settings = nccl_env.parse_nccl_conf("\n".join(conf))
+        problems = nccl_env.lint_nccl_conf("\n".join(conf))
+        if problems:
+            return [dict(kind=k, state=FAIL, cls="NCCL_CONF_PROBLEM", cause="; ".join(problems),
+                         fix="write the data NIC explicitly: NCCL_SOCKET_IFNAME==<nic>",
+                         reading={"problems": problems, "settings": settings})]
+        return [dict(kind=k, state=OK, cls="NCCL_CONF_OK", cause="nothing to object to",
+                     reading={"settings": settings})]
+    if k == "gid-table":
+        gids = rdma.parse_gid_table(text)
+        return [dict(kind=k, state=OK, cls="GID_TABLE", cause=f"{len(gids)} GID entries; RoCE v2 IPv4 index "
+                     f"{rdma.pick_roce_gid_index(gids)}", reading={"gids": gids})]
+    if k == "nvidia-smi":
+        rc = 0 if re.search(r"NVIDIA-SMI \d|Driver Version: ", text) and "Failed" not in text else 1
+        st = gpu.driver_state(rc, text)
+        state = OK if st["class"] == "READY" else FAIL
+        ver = re.search(r"Driver Version: (\S+)", text)
+        cause = st["reason"] or ("driver ready" + (f" ({ver.group(1)})" if ver else ""))
+        return [dict(kind=k, state=state, cls=st["class"], cause=cause, fix=st["hint"], reading=st)]
+    if k == "nvidia-smi-topo":
+        try:
+            t = gpu.parse_topo_matrix(text)
+        except ValueError:
+            p2p = gpu.parse_topo_p2p(text)
+            return [dict(kind=k, state=OK, cls="TOPOLOGY_P2P", cause="GPU peer-to-peer status matrix",
+                         reading={"p2p": p2p})]
+        return [dict(kind=k, state=OK, cls="TOPOLOGY", cause=f"{t['gpu_count']} GPUs in the topology matrix",
+                     reading={"gpu_count": t["gpu_count"]})]
+    if k == "nvidia-smi-list":
+        gpus = container_toolkit.parse_nvidia_smi_list(text)
+        models = sorted({g["name"] for g in gpus})
+        if len(models) > 1:
+            return [dict(kind=k, state=WARN, cls="MIXED_GPU_MODELS", reading={"gpus": gpus},
+                         cause=f"{len(gpus)} GPUs of {len(models)} models ({', '.join(models)}) on one node",
+                         fix="use one GPU model per training node, or pin jobs to one model (CUDA_VISIBLE_DEVICES)")]
+        return [dict(kind=k, state=OK, cls="GPUS_LISTED", cause=f"{len(gpus)} x {models[0]}", reading={"gpus": gpus})]
+    if k == "container-toolkit":
+        return [_from(k, container_toolkit.read_toolkit_error(text), None)]
+    if k == "docker-info":
+        info = container_toolkit.parse_docker_info_runtimes(text)
+        return [dict(kind=k, state=OK, cls="DOCKER_RUNTIMES", reading=info,
+                     cause=f"runtimes {', '.join(info['runtimes'])}; default {info['default_runtime']}")]
+    if k == "daemon-json":
+        try:
+            cfg = daemon_json.load(text)
+        except daemon_json.DaemonJsonError as exc:
+            return [dict(kind=k, state=FAIL, cls="DAEMON_JSON_INVALID", cause=str(exc),
+                         fix="fix the file as the message says, then systemctl restart docker", reading={})]
+        rts = sorted(cfg.get("runtimes") or {})
+        return [dict(kind=k, state=OK, cls="DAEMON_JSON", reading={"config": cfg},
+                     cause=f"valid JSON; runtimes {', '.join(rts) or 'none'}; default-runtime "
+                           f"{cfg.get('default-runtime', 'not set')}")]
+    if k == "cloud-eni":
+        return [_from(k, cloud_errors.read_cloud_error(text), None)]
+    if k == "mpi-operator":
+        return [_from(k, mpi_operator.read_job_status(text), None)]
+    if k == "mpi":
+        try:
+            launcher = mpi_operator.read_launcher_log(text)
+        except ValueError:
+            launcher = None
+        if launcher and launcher["class"] in ("WORKER_DNS_NOT_RESOLVABLE", "WORKER_SSHD_REFUSED"):
+            return [_from("mpi-operator", launcher, None)]
+        d = classify(text)
+        if d is not None:
+            return [dict(kind=k, state=FAIL, cls=d.kind, cause=d.message, fix=d.fix, reading=d.as_dict())]
+        if launcher:
+            return [_from(k, launcher, None)]
+        raise ValueError("MPI output: no known failure line in it")
+    if k == "hugepages-k8s":
+        cap = hugepages.parse_kubelet_capacity(text, "Capacity")
+        pages = {n: v for n, v in cap.items() if n.startswith("hugepages-")}
+        if not pages:
+            raise ValueError("kubectl describe node: no hugepages-* line under Capacity:")
+        return [dict(kind=k, state=OK, cls="KUBELET_HUGEPAGES", reading={"capacity": cap},
+                     cause="kubelet capacity " + ", ".join(f"{n}={v} B" for n, v in sorted(pages.items())))]
+    if k == "meminfo":
+        mi = hugepages.parse_meminfo(text)
+        return [dict(kind=k, state=OK, cls="MEMINFO_HUGEPAGES", reading=mi,
+                     cause=f"HugePages_Total {mi['total']} x {mi['page_size_kb']} kB, free {mi['free']}")]
+    if k in ("ibstatus", "ibv_devinfo", "ibdev2netdev", "ibstat", "ibv_devices"):
+        fn = getattr(rdma, {"ibstatus": "parse_ibstatus", "ibv_devinfo": "parse_ibv_devinfo",
+                          "ibdev2netdev": "parse_ibdev2netdev", "ibstat": "parse_ibstat",
+                          "ibv_devices": "parse_ibv_devices"}[k], None)
+        if fn is None:
+            return [dict(kind=k, state=WARN, cls="NO_READER", cause=f"{k} output recognised, but rdma.py has no reader "
+                         "for it yet", fix="paste 'ibv_devinfo' or 'ibstatus' instead", reading={})]
+        recs = fn(text)
+        if k == "ibv_devinfo":
+            problems = rdma.rdma_problems(recs)
+        elif k == "ibstatus":
+            problems = [f"{p['hca']} port {p['port']}: state {p['state']}" for p in recs if p.get("state") != "ACTIVE"]
+        else:
+            problems = []
+        n = len(recs)
+        if problems:
+            return [dict(kind=k, state=FAIL, cls="RDMA_PORT_PROBLEM", cause="; ".join(problems),
+                         fix="check cabling and the subnet manager (IB) or the switch port (RoCE); ports must "
+                             "be ACTIVE",
+                         reading={"records": recs})]
+        return [dict(kind=k, state=OK, cls="RDMA_OK", cause=f"{n} record(s), all ACTIVE" if k != "ibdev2netdev"
+                     else f"{n} HCA port(s) mapped to netdevs", reading={"records": recs})]
+    if k == "ulimit":
+        limits = parse_ulimit_a(text)
+        d = check_memlock(limits)
+        if d is None:
+            return [dict(kind=k, state=OK, cls="MEMLOCK_OK", cause="max locked memory unlimited", reading=limits)]
+        return [dict(kind=k, state=WARN, cls=d.kind, cause=d.message + " (a problem when the job uses RDMA)",
+                     fix=d.fix, reading=limits)]
+    if k == "ifconfig":
+        ifs = nccl_env.parse_ifconfig(text)
+        return [dict(kind=k, state=OK, cls="INTERFACES", cause="interfaces " + ", ".join(i["name"] for i in ifs),
+                     reading={"interfaces": ifs})]
+    if k == "policy-routing":
+        session = policy_routing.read_session(text)
+        if not session["rules"]:
+            return [dict(kind=k, state=OK, cls="NO_RULES_SHOWN", reading=session,
+                         cause="addresses/routes only; paste 'ip rule' too to check policy routing")]
+        return [_from(k, policy_routing.check_policy_routing(session), None, )]
+    raise ValueError("no known tool output in this block")
+
+
+def _cross_checks(findings):
+    """Findings that need two outputs of one paste: daemon.json vs ``docker info``, host GPUs vs
+    a container's NVML error, ``/proc/meminfo`` vs kubelet capacity."""
+    by = {}
+    for f in findings:
+        by.setdefault(f.cls, []).append(f)
+    extra = []
+    cfg = next((f.reading["config"] for f in by.get("DAEMON_JSON", [])), None)
+    info = next((f.reading for f in by.get("DOCKER_RUNTIMES", [])), None)
+    wanted = next((f.reading.get("runtime") for f in by.get("RUNTIME_NOT_REGISTERED", [])), None)
+    if cfg is not None and info is not None:
+        r = container_toolkit.runtime_registration(cfg, info, wanted)
+        extra.append(Finding(kind="container-toolkit", state={"ok": OK, "fail": FAIL}[r["severity"]], cls=r["class"],
+                             cause=r["cause"], fix=r["fix"], source="(daemon.json + docker info)", reading=r))
+    lost = by.get("CONTAINER_LOST_GPU_ACCESS")
+    listed = by.get("GPUS_LISTED", []) + by.get("MIXED_GPU_MODELS", [])
+    if lost and listed:
+        n = len(listed[0].reading["gpus"])
+        extra.append(Finding(kind="container-toolkit", state=FAIL, cls="CONTAINER_LOST_GPU_ACCESS",
+                             cause=f"the host lists {n} GPU(s) but the container's NVML cannot open them: the "
+                                   "container lost its device access, the driver is fine",
+                             fix=lost[0].fix, source="(host nvidia-smi -L + container)", reading={"host_gpus": n}))
+    settings = {}
+    for f in by.get("NCCL_CONF_OK", []) + by.get("NCCL_CONF_PROBLEM", []):
+        settings.update(f.reading.get("settings") or {})
+    wanted_plugin = settings.get("NCCL_NET_PLUGIN")
+    if wanted_plugin:
+        for f in findings:
+            if f.kind == "nccl-net-plugin" and f.cls in ("FOUND_BUT_INCOMPATIBLE", "PLUGIN_NOT_FOUND",
+                                                         "INTERNAL_NETWORK", "PLUGIN_LOAD_ERROR") and f.state != FAIL:
+                extra.append(Finding(kind="nccl-net-plugin", state=FAIL, cls=f.cls,
+                                     cause=f"NCCL_NET_PLUGIN={wanted_plugin} is set, but: {f.cause}",
+                                     fix=f.fix or f"install the plugin NCCL_NET_PLUGIN={wanted_plugin} names and put "
+                                                  "its directory on LD_LIBRARY_PATH",
+                                     source="(NCCL settings + NCCL log)", reading={"expected": wanted_plugin}))
+    mi = next((f.reading for f in by.get("MEMINFO_HUGEPAGES", [])), None)
+    cap = next((f.reading["capacity"] for f in by.get("KUBELET_HUGEPAGES", [])), None)
+    if mi and cap and mi.get("total") and mi.get("page_size"):
+        name = hugepages.kubelet_resource_name(mi["page_size"])
+        have = mi["total"] * mi["page_size"]
+        if cap.get(name, 0) != have:
+            extra.append(Finding(kind="hugepages-k8s", state=FAIL, cls="KUBELET_HUGEPAGES_STALE",
+                                 cause=f"the node has {mi['total']} x {mi['page_size_kb']} kB pages ({have} B) but "
+                                       f"kubelet reports {name}={cap.get(name, 0)} B: kubelet reads hugepages at start",
+                                 fix="allocate the pages at boot (or before kubelet starts), then restart kubelet and "
+                                     "check the node's capacity", source="(meminfo + kubectl describe node)",
+                                 reading={"meminfo_bytes": have, "kubelet_bytes": cap.get(name, 0)}))
+    return extra
+
+
+def diagnose_text(text, source=None) -> list:
+    """Findings for every output in ``text`` (a paste of one or several tool outputs)."""
+    out = []
+    for block in split_blocks(text):
+        lines = (block.first, block.last)
+        if block.kind == "unknown":
+            continue
+        try:
+            found = _read_block(block)
+        except ValueError as exc:  # ParseError and the other readers' errors are ValueErrors
+            found = [dict(kind=block.kind, state=UNREADABLE, cls="UNREADABLE", cause=str(exc),
+                          fix="paste the complete output of the command", reading={})]
+        for f in found:
+            out.append(Finding(source=source, lines=lines, **f))
+    return out
+
+
+def diagnose_inputs(inputs) -> dict:
+    """``inputs``: ``[(name, text)]``. Returns ``{"findings": [Finding], "exit_code": int,
+    "recognised": bool, "unrecognised": [{"source", "lines"}]}`` (the stretches of text no
+    reader claimed, e.g. ``hostnamectl`` output pasted along); see :func:`exit_code`."""
+    findings = []
+    unrecognised = []
+    for name, text in inputs:
+        findings.extend(diagnose_text(text, source=name))
+        unrecognised.extend({"source": name, "lines": [b.first, b.last]}
+                            for b in split_blocks(text) if b.kind == "unknown")
+    findings.extend(_cross_checks(findings))
+    return {"findings": findings, "exit_code": exit_code(findings), "recognised": bool(findings),
+            "unrecognised": unrecognised}
+
+
+def exit_code(findings) -> int:
+    """1 when a finding is ``fail`` (a problem found), else 2 when nothing was recognised or a
+    block was unreadable, else 0 (healthy; ``warn`` findings do not fail)."""
+    states = {f.state for f in findings}
+    if FAIL in states:
+        return 1
+    if not findings or UNREADABLE in states:
+        return 2
+    return 0

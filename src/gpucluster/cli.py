@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import gpucluster
+from gpucluster.cli_diagnose import add_diagnose
 from gpucluster.cli_launch import add_launch, add_report
 from gpucluster.converge_bench import add_bench
 
@@ -108,7 +109,9 @@ def run_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_sandbox, _hosts, add_launch, add_report, add_bench]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _sandbox, _hosts, add_launch, add_report, add_diagnose, add_bench,
+]
 
 
 def version() -> str:
