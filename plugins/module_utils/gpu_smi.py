@@ -417,6 +417,10 @@ def _q_gpu_record(block):
         one_of = _Q_ONE_OF.get(name)
         if one_of and not any(k in sec for k in one_of):
             missing.append(f"{where}: {' or '.join(one_of)}")
+    if not any(sections.values()):
+        # A 'GPU <bus id>' line and nothing under it: even a -d report lists the fields it was
+        # asked for, so the paste was cut right after the header.
+        missing.append("GPU: every field (the block is empty: cut after its header?)")
     full = "Product Name" in root
     if full:
         if "GPU UUID" not in root:
