@@ -32,6 +32,18 @@ options:
         lines that name the failing bus id and PCI id.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: linux
 notes:
   - Parsers live in C(module_utils/gpu.py); their docstrings give every rule and
     its source.
@@ -41,7 +53,7 @@ author:
 
 EXAMPLES = r"""
 - name: Gather GPU facts
-  gpu_facts:
+  gpucluster.cluster.gpu_facts:
 
 - name: Fail early when the driver is installed but not usable
   ansible.builtin.assert:
