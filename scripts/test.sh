@@ -24,5 +24,5 @@ if [ "$what" = unit ]; then
   exec pytest -q tests/unit
 fi
 # One pytest run, so one summary line counts everything.
-exec pytest -v --durations=15 tests/unit tests/molecule \
+exec pytest -v --durations=15 tests/unit tests/integration/test_packaging.py tests/molecule \
   tests/integration/test_sandbox.py tests/integration/test_benchmark.py tests/integration/test_teardown.py
