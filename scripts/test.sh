@@ -28,4 +28,5 @@ fi
 # while the other takes the molecule scenarios (their own apt cache and network) and the unit
 # tests; most of a scenario's time is waiting on apt, dpkg and systemd, so two fit on 2 cores.
 exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-2}" --dist loadgroup --durations=15 tests/unit tests/molecule \
+  tests/integration/test_packaging.py \
   tests/integration/test_sandbox.py tests/integration/test_benchmark.py tests/integration/test_teardown.py

@@ -644,7 +644,7 @@ class TencentCloudProvider(Provider):
             from tencentcloud.common.profile.http_profile import HttpProfile
             from tencentcloud.vpc.v20170312 import vpc_client
         except ImportError as exc:
-            raise MissingSdkError("tencentcloud-sdk-python", exc) from exc
+            raise MissingSdkError("tencentcloud-sdk-python-vpc", exc) from exc
         if access_key or secret_key:
             try:
                 cred = credential.Credential(access_key or "", secret_key or "", session_token or None)

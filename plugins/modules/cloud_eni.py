@@ -9,7 +9,7 @@ module: cloud_eni
 short_description: Ensure a GPU node has one secondary elastic network interface (ENI) per GPU
 description:
   - "Runs on the controller (C(delegate_to: localhost)) and talks to the cloud API through the
-    official SDK (boto3 for AWS EC2, tencentcloud-sdk-python for Tencent Cloud VPC)."
+    official SDK (boto3 for AWS EC2, the Tencent Cloud SDK's common and VPC packages for Tencent Cloud VPC)."
   - Makes instance O(instance_id) have O(count) secondary ENIs in subnet O(subnet_id) with
     security groups O(security_groups), creating and attaching the missing ones, and returns
     MAC and private IPv4 address per interface for the node-side C(multi_nic) role.
@@ -113,18 +113,29 @@ options:
       - API endpoint instead of the public one, e.g. a VPC endpoint, a Tencent Cloud finance
         region host (C(https://vpc.ap-shanghai-fsi.tencentcloudapi.com)) or a test server.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Lists the instance's ENIs (read-only API calls) and returns the plan; creates and attaches nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+    details: "Runs where the cloud API is reachable, normally the controller (C(delegate_to: localhost))."
 notes:
   - Supports check mode; it lists the instance's ENIs (read-only calls) and returns the plan.
   - AWS instances with several network cards (p4d, p5) limit ENIs per card; this module attaches
     on network card 0 only.
 requirements:
   - boto3 (provider aws)
-  - tencentcloud-sdk-python (provider tencentcloud)
+  - tencentcloud-sdk-python-common and tencentcloud-sdk-python-vpc (provider tencentcloud)
 """
 
 EXAMPLES = r"""
 - name: One ENI per GPU for this node
-  cloud_eni:
+  gpucluster.cluster.cloud_eni:
     provider: tencentcloud
     region: ap-guangzhou
     instance_id: "{{ cloud_instance_id }}"
@@ -137,7 +148,7 @@ EXAMPLES = r"""
   register: __cloud_eni
 
 - name: Same on AWS, credentials from the controller's environment
-  cloud_eni:
+  gpucluster.cluster.cloud_eni:
     provider: aws
     region: us-east-1
     instance_id: "{{ cloud_instance_id }}"

@@ -82,6 +82,16 @@ options:
     description: Permissions of the file (octal string like C('0644') or symbolic).
     type: raw
     default: '0644'
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The file's text before and after, as RV(diff).
+  platform:
+    platforms: posix
 notes:
   - Supports check mode and diff mode. The dockerd service is not restarted; notify a handler on change.
   - Docker >= 18.09 merges C(--add-runtime) and C(runtimes) (moby/moby#37871); a runtime of the same name
@@ -92,7 +102,7 @@ requirements:
 
 EXAMPLES = r"""
 - name: Register the NVIDIA runtime, keep everything else in daemon.json
-  docker_daemon_json:
+  gpucluster.cluster.docker_daemon_json:
     settings:
       runtimes:
         nvidia:
@@ -101,13 +111,13 @@ EXAMPLES = r"""
   notify: Restart Docker
 
 - name: Make it the default runtime as well
-  docker_daemon_json:
+  gpucluster.cluster.docker_daemon_json:
     settings:
       default-runtime: nvidia
   notify: Restart Docker
 
 - name: Roll back (toolkit uninstalled)
-  docker_daemon_json:
+  gpucluster.cluster.docker_daemon_json:
     remove_keys:
       - default-runtime
       - runtimes.nvidia

@@ -34,6 +34,18 @@ options:
         PCI id.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: linux
 notes:
   - Parsers live in C(module_utils/gpu_pci.py), C(gpu_smi.py), C(gpu_topology.py),
     C(gpu_driver.py) and C(gpu_kernel.py); their docstrings give every rule and its source.
@@ -43,7 +55,7 @@ author:
 
 EXAMPLES = r"""
 - name: Gather GPU facts
-  gpu_facts:
+  gpucluster.cluster.gpu_facts:
 
 - name: Fail early when the driver is installed but not usable
   ansible.builtin.assert:

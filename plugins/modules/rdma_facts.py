@@ -25,6 +25,18 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: linux
 notes:
   - Parsers live in C(module_utils/rdma.py); their docstrings give every rule and
     its source.
@@ -34,7 +46,7 @@ author:
 
 EXAMPLES = r"""
 - name: Gather RDMA facts
-  rdma_facts:
+  gpucluster.cluster.rdma_facts:
     ipv4_addresses: ["{{ ansible_host }}"]
 
 - name: NCCL settings for RoCE

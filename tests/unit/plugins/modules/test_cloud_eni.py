@@ -71,7 +71,7 @@ def test_documentation_matches_argument_spec():
                                                   "interface_type", "status"}
     assert {"created", "attached", "surplus", "plan", "changed"} <= set(ret)
     examples = yaml.safe_load(cloud_eni.EXAMPLES)
-    assert all("cloud_eni" in task for task in examples)
+    assert all("gpucluster.cluster.cloud_eni" in task for task in examples)
 
 
 # --------------------------------------------------------------------------------------------
