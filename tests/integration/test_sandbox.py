@@ -18,6 +18,7 @@ import yaml
 
 from tests.docker_env import docker_client
 from tests.integration.conftest import INVENTORY, playbook, recap, run
+from tests.integration.test_packaging import run_site_from_collection
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +49,18 @@ def test_second_run_changes_nothing(cluster):
     rc = recap(r.stdout)
     assert sorted(rc) == ["node-1", "node-2", "node-3"]
     assert all(v["changed"] == 0 for v in rc.values()), r.stdout[-6000:]
+
+
+def test_site_from_the_installed_collection_changes_nothing(cluster):
+    """The collection built from this checkout and installed into a temp collections path, run by
+    a user's playbook outside the checkout (``import_playbook: gpucluster.cluster.site``, no
+    repository ansible.cfg), converges the same sandbox to the same state: nothing changes."""
+    r = run_site_from_collection(INVENTORY)
+    rc = recap(r.stdout)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    assert sorted(rc) == ["node-1", "node-2", "node-3"], r.stdout[-3000:]
+    assert all(v["changed"] == 0 and v["failed"] == 0 for v in rc.values()), r.stdout[-6000:]
+    assert "gpucluster.cluster.preflight : " in r.stdout  # the roles ran from the collection
 
 
 def test_check_diff_on_converged_cluster_changes_nothing(cluster):
