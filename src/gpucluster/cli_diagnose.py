@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # messages as written: a long path is never broken
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "unreadable": "magenta"}
 

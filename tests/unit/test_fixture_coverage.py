@@ -17,7 +17,7 @@ from tests.conftest import FIXTURES, ROOT
 
 SHARED = ROOT.parent / "shared" / "fixtures"
 CASES = sorted(FIXTURES.glob("*/*.md"))
-TEST_TEXT = "\n".join(p.read_text(errors="replace") for p in (ROOT / "tests" / "unit").rglob("test_*.py")
+TEST_TEXT = "\n".join(p.read_text(errors="replace") for p in (ROOT / "tests" / "unit").rglob("*.py")
                       if p.name != "test_fixture_coverage.py")
 
 
