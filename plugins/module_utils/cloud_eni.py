@@ -364,6 +364,13 @@ def plan_enis(enis, instance_id, subnet_id, count, device_index_start=1, network
                            kept=list(keep))
         return Plan(keep=keep, adopt=adopt, create=create, device_indexes=tuple(d for _, d in slots),
                     surplus=surplus, network_cards=tuple(c for c, _ in slots))
+    if network is not None and network.cards and len(attached) + len(adopt) + create > network.cards[0].max_interfaces:
+        # Checked before anything is created: EC2 would only refuse at attach time
+        # (AttachmentLimitExceeded), with the new ENIs already made.
+        raise ValueError(
+            f"{network.instance_type} takes at most {network.cards[0].max_interfaces} network interfaces "
+            f"(DescribeInstanceTypes MaximumNetworkInterfaces); the instance has {len(attached)} attached and "
+            f"{len(adopt) + create} more are wanted")
     used = {e.device_index for e in attached if e.device_index is not None and not e.network_card_index}
     indexes = []
     candidate = device_index_start

@@ -288,7 +288,7 @@ def stub_listing(stub, attached=(PRIMARY_RAW,), tagged=()):
     stub_instance_type(stub)
 
 
-def stub_instance_type(stub, itype="g5.48xlarge", state="running", cards=((0, 7),), efa=1):
+def stub_instance_type(stub, itype="g5.12xlarge", state="running", cards=((0, 15),), efa=1):
     """DescribeInstances + DescribeInstanceTypes as EC2 answers them (a one-card type by default)."""
     stub.add_response("describe_instances", {"Reservations": [{"Instances": [
         {"InstanceId": INSTANCE, "InstanceType": itype, "State": {"Name": state}}]}]},
@@ -731,7 +731,22 @@ def test_aws_more_efas_than_the_type_takes_are_refused(stubbed, fake_time):
                       {"Filters": [{"Name": "attachment.instance-id", "Values": [INSTANCE]}]})
     stub.add_response("describe_network_interfaces", {"NetworkInterfaces": []},
                       {"Filters": [{"Name": f"tag:{ce.OWNER_TAG}", "Values": [INSTANCE]}]})
-    stub_instance_type(stub, state="stopped", efa=1)  # g5.48xlarge: one EFA
+    stub_instance_type(stub, state="stopped", efa=1)  # g5.12xlarge: one EFA
     with pytest.raises(ce.CloudEniError, match=r"takes 1 EFA interfaces .* 2 wanted") as exc:
         ce.ensure_enis(provider, INSTANCE, SUBNET, [SG], 2, sleep=fake_time.sleep, interface_type="efa")
     assert exc.value.result == {"created": [], "attached": []}
+
+
+def test_single_card_limit_is_checked_before_anything_is_created():
+    network = ce.InstanceNetwork("g5.12xlarge", "running", (ce.NetworkCard(0, 15, ce.INTERFACE_TYPES),), True, 1)
+    assert ce.plan_enis([PRIMARY_ENI], "i-1", "subnet-gpu", 14, 1, network).create == 14
+    with pytest.raises(ValueError, match=r"g5.12xlarge takes at most 15 .* 1 attached and 15 more"):
+        ce.plan_enis([PRIMARY_ENI], "i-1", "subnet-gpu", 15, 1, network)
+
+
+def test_aws_count_over_the_instance_type_limit_is_refused_before_any_create(aws, fake_time):
+    provider = aws_provider(aws, fake_time)
+    creates = _record(provider, "CreateNetworkInterface")
+    with pytest.raises(ce.CloudEniError, match=r"g5.48xlarge takes at most 7 network interfaces") as exc:
+        ce.ensure_enis(provider, aws.instance, aws.gpu, [aws.sg], 8, clock=fake_time.clock, sleep=fake_time.sleep)
+    assert "Fix:" in str(exc.value) and creates == [] and exc.value.result == {"created": [], "attached": []}
