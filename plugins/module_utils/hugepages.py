@@ -1,6 +1,6 @@
 """Hugepage arithmetic, parsers and post-boot verification (pure functions, stdlib only).
 
-Runs on managed nodes (Python 3.8+) and on the controller (filter plugin ``gpucluster_net``).
+Runs on managed nodes (Python 3.8+) and on the controller (filter plugin ``hugepages``).
 
 Units: every size in this module is in **bytes** unless the name says otherwise (``*_kb`` is
 KiB, as /proc/meminfo prints it: its "kB" means 1024 bytes). Page counts are plain integers.

@@ -121,19 +121,25 @@ def _link_layer(value, what):
 # --------------------------------------------------------------------------------------------
 
 
-def gid_entry(index, gid, gid_type=None, netdev=None):
-    """One GID table entry as a dict.
+def gid_entry(index, gid, gid_type=None, netdev=None, device=None, port=None):
+    """One GID table entry as a dict: THE GID model (ibv_devinfo -v, show_gids, sysfs).
 
     ::
 
         {"index": 3, "gid": "::ffff:192.0.2.6",   # as printed
-         "type": "RoCE v2" or "IB/RoCE v1" or None,
+         "type": "RoCE v2" or "RoCE v1" or "IB/RoCE v1" or None,
          "roce_version": 2 or 1 or None,
          "ipv4": "192.0.2.6" or None,            # IPv4-mapped GID (::ffff:a.b.c.d)
          "link_local": False,                    # fe80::/10
-         "netdev": "ens1f0" or None}             # sysfs gid_attrs/ndevs
+         "netdev": "ens1f0" or None,             # sysfs gid_attrs/ndevs, show_gids DEV
+         "device": "mlx5_0" or None,             # hca_id / show_gids DEV column
+         "port": 1 or None}
 
-    Raises ParseError when ``gid`` is not an IPv6-formatted GID.
+    ``type`` is what the tool prints: ``RoCE v1``/``RoCE v2`` (ibv_devinfo -v of rdma-core >= 28,
+    Ethernet link layer only), ``IB/RoCE v1``/``RoCE v2`` (sysfs ``gid_attrs/types``), ``v1``/``v2``
+    (show_gids, normalised to ``RoCE v1``/``RoCE v2``), ``Invalid gid type`` (devinfo's default
+    branch: ``roce_version`` None). Raises ParseError when ``gid`` is not an IPv6-formatted GID
+    or the type is none of these.
     """
     try:
         addr = ipaddress.IPv6Address(str(gid).strip())
@@ -142,79 +148,167 @@ def gid_entry(index, gid, gid_type=None, netdev=None):
                          f"(IPv6 notation)") from None
     version = None
     if gid_type:
-        m = re.search(r"v(\d)\s*$", gid_type.strip())
-        if not m:
+        gid_type = gid_type.strip()
+        if re.match(r"^v[12]$", gid_type):
+            gid_type = "RoCE " + gid_type
+        m = re.match(r"^(?:IB/)?RoCE v([12])$", gid_type)
+        if m:
+            version = int(m.group(1))
+        elif gid_type != "Invalid gid type":
             raise ParseError(f"GID[{index}]: type {gid_type!r} is not 'RoCE v1', "
                              f"'IB/RoCE v1' or 'RoCE v2'")
-        version = int(m.group(1))
     mapped = addr.ipv4_mapped
     return {
         "index": int(index),
         "gid": str(gid).strip(),
-        "type": gid_type.strip() if gid_type else None,
+        "type": gid_type or None,
         "roce_version": version,
         "ipv4": str(mapped) if mapped is not None else None,
         "link_local": addr.is_link_local,
         "netdev": netdev,
+        "device": device,
+        "port": port,
     }
 
 
 _GID_LINE_RE = re.compile(r"^GID\[\s*(\d+)\]:\s*([0-9A-Fa-f:.]+)\s*(?:,\s*(.*\S))?\s*$")
+# show_gids (MLNX_OFED / DOCA script over sysfs): DEV PORT INDEX GID [IPv4] VER DEV
+_SHOW_GIDS_RE = re.compile(
+    r"^(\S+)\s+(\d+)\s+(\d+)\s+([0-9A-Fa-f]{4}(?::[0-9A-Fa-f]{4}){7})\s+"
+    r"(?:(\d+\.\d+\.\d+\.\d+)\s+)?(v[12])\s*(\S+)?$"
+)
+_SHOW_GIDS_OTHER_RE = re.compile(r"^(?:DEV\s+PORT\s+INDEX\b.*|[-\s]+|n_gids_found=\d+)$")
+_HCA_ID_RE = re.compile(r"^hca_id:\s*(\S+)$")
+_PORT_RE = re.compile(r"^port:\s*(\d+)$")
 
 
-def _gid_from_line(line, lineno):
+def _gid_from_line(line, lineno, device=None, port=None):
     m = _GID_LINE_RE.match(line.strip())
     if not m:
         raise ParseError(f"ibv_devinfo line {lineno}: expected 'GID[ n]: <gid>[, RoCE v1|v2]', "
                          f"got {shorten(line)!r}")
-    return gid_entry(int(m.group(1)), m.group(2), m.group(3))
+    return gid_entry(int(m.group(1)), m.group(2), m.group(3), device=device, port=port)
 
 
 def parse_gid_table(text):
-    """GID table lines of ``ibv_devinfo -v`` (one port), other lines ignored.
+    """GID entries of ``ibv_devinfo -v`` (one or more ports) or of ``show_gids``.
 
-    Reads every line that starts with ``GID[``: ``GID[  3]: ::ffff:192.0.2.6, RoCE v2`` (the
-    type is absent on InfiniBand ports). Returns a list of :func:`gid_entry` dicts in index
-    order. Raises ParseError when there is no GID line, or when a GID line is malformed
-    (a truncated GID fails IPv6 parsing).
+    ``ibv_devinfo -v`` (rdma-core ``libibverbs/examples/devinfo.c``): every line that starts with
+    ``GID[`` is read: ``GID[  3]:  ::ffff:192.0.2.6, RoCE v2``; rdma-core >= 28 prints a RoCE v2
+    GID with inet_ntop and a v1 one as eight hex groups, the type only on an Ethernet link layer
+    (absent on InfiniBand and before v28). ``hca_id:``/``port:`` lines set ``device``/``port``.
+    ``show_gids`` (MLNX_OFED/DOCA script): ``mlx5_0 1 3 0000:...:c000:0206 192.0.2.6 v2 ens1f0``
+    rows; its header, dashes and ``n_gids_found=`` are skipped. Tabs or collapsed spaces are
+    fine.
+
+    Returns :func:`gid_entry` dicts in (device, port, index) order. Raises ParseError when no
+    GID is found, when a ``GID[`` line or a show_gids row is malformed (a truncated GID fails
+    IPv6 parsing), or when a line looks like a show_gids row but is not one.
     """
     gids = []
-    for lineno, line in enumerate(split_lines(text, "ibv_devinfo -v GID table"), 1):
-        if line.strip().startswith("GID["):
-            gids.append(_gid_from_line(line, lineno))
+    device = port = None
+    show_gids = False
+    for lineno, line in enumerate(split_lines(text, "GID table"), 1):
+        s = line.strip()
+        if not s:
+            continue
+        m = _HCA_ID_RE.match(s)
+        if m:
+            device, port = m.group(1), None
+            continue
+        m = _PORT_RE.match(s)
+        if m:
+            port = int(m.group(1))
+            continue
+        if s.startswith("GID["):
+            gids.append(_gid_from_line(s, lineno, device, port))
+            continue
+        if re.match(r"^DEV\s+PORT\s+INDEX\b", s):
+            show_gids = True
+            continue
+        m = _SHOW_GIDS_RE.match(s)
+        if m:
+            entry = gid_entry(m.group(3), m.group(4), m.group(6), m.group(7), m.group(1),
+                              int(m.group(2)))
+            if m.group(5) and entry["ipv4"] != m.group(5):
+                raise ParseError(f"show_gids line {lineno}: IPv4 column {m.group(5)} does not "
+                                 f"match GID {m.group(4)}")
+            gids.append(entry)
+            continue
+        if show_gids and not _SHOW_GIDS_OTHER_RE.match(s):
+            raise ParseError(f"show_gids line {lineno}: expected 'DEV PORT INDEX GID [IPv4] VER "
+                             f"DEV', got {shorten(line)!r}")
     if not gids:
-        raise ParseError("ibv_devinfo -v: no 'GID[ n]:' lines found (run ibv_devinfo with -v)")
-    return sorted(gids, key=lambda g: g["index"])
+        raise ParseError("GID table: no 'GID[ n]:' lines (run ibv_devinfo with -v) and no "
+                         "show_gids row found")
+    return sorted(gids, key=lambda g: (natural_key(g["device"] or ""), g["port"] or 0,
+                                       g["index"]))
+
+
+def _wanted_ipv4(ipv4):
+    """``"192.0.2.6"``, ``"192.0.2.6/24"`` or a list of them -> set of address strings."""
+    items = [ipv4] if isinstance(ipv4, str) else list(ipv4)
+    wanted = set()
+    for address in items:
+        try:
+            wanted.add(str(ipaddress.ip_interface(str(address).strip()).ip))
+        except ValueError:
+            raise ParseError(f"{address!r} is not an IPv4 address") from None
+    return wanted
 
 
 def pick_roce_gid_index(gids, ipv4=None):
-    """GID index for ``NCCL_IB_GID_INDEX`` / ``NVSHMEM_IB_GID_INDEX`` on a RoCE port, or None.
+    """THE GID index choice for ``NCCL_IB_GID_INDEX`` / ``NVSHMEM_IB_GID_INDEX`` on a RoCE port.
 
     ``gids`` are :func:`gid_entry` dicts (from :func:`parse_gid_table`, :func:`parse_ibv_devinfo`
-    or :func:`parse_sysfs_infiniband`); ``ipv4`` optionally names the address of the
-    interface NCCL should use (a string or a list of strings).
+    or :func:`parse_sysfs_infiniband`); ``ipv4`` optionally names the address(es) of the
+    interface NCCL should use (strings, CIDR allowed: ``192.0.2.6/24``).
 
     Rule (NCCL environment variables documentation, NCCL_IB_GID_INDEX and, from NCCL 2.21,
     NCCL_IB_ADDR_FAMILY=AF_INET / NCCL_IB_ROCE_VERSION_NUM=2; NVIDIA/nccl #769): the entry must
     be RoCE v2 and hold an IPv4-mapped address ``::ffff:a.b.c.d`` (equal to ``ipv4`` when
     given). The link-local ``fe80::`` RoCE v2 entry is never chosen (not routable: QPs time
-    out between nodes), nor are RoCE v1 entries. Among several matches the lowest index wins.
-    Returns None when no entry qualifies (no IPv4 address on the netdev yet, or an
+    out between nodes, fixture C32), nor are RoCE v1 entries. Among several matches the lowest
+    index wins. Returns None when no entry qualifies (no IPv4 address on the netdev yet, or an
     InfiniBand port, where NCCL needs no GID index).
     """
-    wanted = None
-    if ipv4 is not None:
-        wanted = {ipv4} if isinstance(ipv4, str) else set(ipv4)
-        for address in wanted:
-            try:
-                ipaddress.IPv4Address(address)
-            except ValueError:
-                raise ParseError(f"pick_roce_gid_index: {address!r} is not an IPv4 "
-                                 f"address") from None
+    wanted = _wanted_ipv4(ipv4) if ipv4 else None
     matches = [g["index"] for g in gids
-               if g.get("roce_version") == 2 and g.get("ipv4")
+               if g.get("roce_version") == 2 and g.get("ipv4") and not g.get("link_local")
                and (wanted is None or g["ipv4"] in wanted)]
     return min(matches) if matches else None
+
+
+def check_gid_index(index, gids, ipv4=None, where="NCCL_IB_GID_INDEX"):
+    """Problems with a configured GID index against the port's GID table (empty list: fine).
+
+    The configured value must name an entry that exists, is RoCE v2 and carries an IPv4-mapped
+    address (of ``ipv4`` when given); each finding says what the table holds at that index and
+    which index :func:`pick_roce_gid_index` would use.
+    """
+    try:
+        index = int(str(index).strip())
+    except ValueError:
+        return [f"{where}={index!r} is not a number"]
+    if index < 0:
+        return []  # NCCL >= 2.21: -1 is "choose automatically"
+    best = pick_roce_gid_index(gids, ipv4)
+    hint = (f"; the RoCE v2 IPv4 GID is index {best}" if best is not None
+            else "; the table has no RoCE v2 GID with an IPv4 address (give the netdev one)")
+    entry = next((g for g in gids if g["index"] == index), None)
+    if entry is None:
+        return [f"{where}={index}: no such GID in the table (indices "
+                f"{', '.join(str(g['index']) for g in gids) or 'none'}){hint}"]
+    if entry.get("roce_version") != 2:
+        return [f"{where}={index}: GID {entry['gid']} is {entry.get('type') or 'untyped'}, not "
+                f"RoCE v2{hint}"]
+    if entry.get("link_local") or not entry.get("ipv4"):
+        return [f"{where}={index}: GID {entry['gid']} is link-local/not IPv4-mapped; it times "
+                f"out across subnets (fixture C32){hint}"]
+    if ipv4 and entry["ipv4"] not in _wanted_ipv4(ipv4):
+        return [f"{where}={index}: GID carries {entry['ipv4']}, not the data address "
+                f"{', '.join(sorted(_wanted_ipv4(ipv4)))}{hint}"]
+    return []
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,7 +594,7 @@ def parse_ibv_devinfo(text):
             if port is None:
                 raise ParseError(f"ibv_devinfo line {lineno}: GID line outside a 'port:' "
                                  f"section")
-            port["gids"].append(_gid_from_line(stripped, lineno))
+            port["gids"].append(_gid_from_line(stripped, lineno, dev["hca"], port["port"]))
             continue
         m = _KEY_RE.match(stripped)
         if m and m.group(1) == "hca_id":
@@ -643,7 +737,7 @@ def parse_sysfs_infiniband(files):
             if "gids" not in entry:
                 continue
             gid = gid_entry(index, entry["gids"], entry.get("gid_attrs/types") or None,
-                            entry.get("gid_attrs/ndevs") or None)
+                            entry.get("gid_attrs/ndevs") or None, hca, number)
             if ipaddress.IPv6Address(gid["gid"]) == _ZERO_GID:
                 continue
             table.append(gid)

@@ -11,6 +11,7 @@ import re
 import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils.rdma import (
     ParseError,
+    check_gid_index,
     classify_hcas,
     gid_entry,
     parse_gid_table,
@@ -436,3 +437,84 @@ def test_rdma_inventory_empty_node():
     facts = rdma_inventory()
     assert facts == {"hcas": [], "netdevs": [], "infiniband_hcas": [], "roce_hcas": [],
                      "active_hcas": [], "nccl_ib_gid_index": None, "problems": []}
+
+
+# ---- C32 and show_gids: the one GID table reader -------------------------------------------------------------
+
+
+def c32_gids_read():
+    return parse_gid_table(fixture_text(C32))
+
+
+def test_c32_gid_table_reading():
+    gids = {g["index"]: (g["type"], g["ipv4"], g["link_local"]) for g in c32_gids_read()}
+    assert gids == {
+        0: ("RoCE v1", None, True),
+        1: ("RoCE v2", None, True),
+        2: ("RoCE v1", "192.0.2.6", False),
+        3: ("RoCE v2", "192.0.2.6", False),
+    }
+
+
+def test_show_gids_format():
+    text = (
+        "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
+        "---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n"
+        "mlx5_0\t1\t2\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.6  \tv1\tens1f0\n"
+        "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.6  \tv2\tens1f0\n"
+    )
+    gids = parse_gid_table(text)
+    assert [(g["device"], g["port"], g["index"], g["type"], g["netdev"]) for g in gids] == [
+        ("mlx5_0", 1, 2, "RoCE v1", "ens1f0"),
+        ("mlx5_0", 1, 3, "RoCE v2", "ens1f0"),
+    ]
+    with pytest.raises(ParseError, match="no 'GID"):
+        parse_gid_table("nothing here")
+
+
+
+
+def test_show_gids_ipv4_column_must_match_the_gid():
+    text = ("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
+            "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.7  \tv2\tens1f0\n")
+    with pytest.raises(ParseError, match="line 2: IPv4 column 192.0.2.7 does not match"):
+        parse_gid_table(text)
+
+
+def test_show_gids_cut_row_is_refused_naming_the_line():
+    text = ("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
+            "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.6  \tv2\tens1f0\n"
+            "mlx5_0\t1\t4\t0000:0000:0000:0000:0000:ff\n")
+    with pytest.raises(ParseError, match="show_gids line 3"):
+        parse_gid_table(text)
+
+
+def test_devinfo_gids_carry_device_and_port():
+    text = "hca_id:\tmlx5_bond_0\n\tport:\t1\n" + fixture_text(C32)
+    gids = parse_gid_table(text)
+    assert {(g["device"], g["port"]) for g in gids} == {("mlx5_bond_0", 1)}
+    assert pick_roce_gid_index(gids, "192.0.2.6/24") == 3
+
+
+@pytest.mark.parametrize("index, problem", [
+    (3, None),
+    ("3", None),
+    (-1, None),                       # NCCL >= 2.21: automatic
+    (1, "link-local"),                # C32: the failing choice
+    (2, "is RoCE v1, not RoCE v2"),
+    (7, "no such GID in the table"),
+    ("x", "is not a number"),
+])
+def test_configured_gid_index_is_checked_against_the_table(index, problem):
+    found = check_gid_index(index, parse_gid_table(fixture_text(C32)))
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0]
+        if problem != "is not a number":
+            assert "index 3" in found[0]
+
+
+def test_configured_gid_index_must_carry_the_data_address():
+    found = check_gid_index(3, parse_gid_table(fixture_text(C32)), "198.18.0.9")
+    assert found and "not the data address 198.18.0.9" in found[0]
