@@ -1,4 +1,5 @@
-"""RDMA fact parsers: ``ibdev2netdev``, ``ibstatus``, ``ibv_devinfo [-v]``, sysfs GID tables.
+"""RDMA fact parsers: ``ibdev2netdev``, ``ibstatus``, ``ibv_devinfo [-v]``, ``ibv_devices``,
+``rdma link``, ``show_gids``, sysfs GID tables; the one GID model and the RoCE v2 GID choice.
 
 Pure functions over the tools' text output (and over a dict of sysfs file contents), stdlib
 only, for Python 3.8+ on the managed node (``rdma_facts`` module) and for pytest. Nothing here
@@ -34,6 +35,7 @@ Sources:
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import (
@@ -656,6 +658,268 @@ def rdma_problems(devices):
                 problems.append(f"{dev['hca']} port {port['port']}: state {port['state']} "
                                 f"({port['state_num']}), not ACTIVE")
     return problems
+
+
+# --------------------------------------------------------------------------------------------
+# ibv_devices
+# --------------------------------------------------------------------------------------------
+
+_IBV_DEVICES_HEADER_RE = re.compile(r"^device\s+node\s+GUID$")
+_IBV_DEVICES_RULE_RE = re.compile(r"^-+\s+-+$")
+_IBV_DEVICES_ROW_RE = re.compile(r"^([A-Za-z][\w.-]*)\s+([0-9a-fA-F]{16})$")
+_PROMPT_RE = re.compile(r"^(?:\[[^\]]*\][#$]|[\w.@:~/-]*[#$])\s*\S.*$")
+
+
+def _is_prompt(stripped):
+    """A shell prompt line pasted with the output (``[root@test test]# ibv_devices``)."""
+    return bool(_PROMPT_RE.match(stripped))
+
+
+def parse_ibv_devices(text):
+    """Devices of ``ibv_devices`` (rdma-core ``libibverbs/examples/device_list.c``, all versions).
+
+    Grammar: a header ``    device          \\t   node GUID``, a rule ``    ------ \\t----...``,
+    then one row per verbs device: the name padded to 16 and a TAB, then the node GUID as 16
+    hex digits (``%016llx``, host byte order). Zero devices print the header only. Returns::
+
+        [{"hca": "mlx5_bond_0", "node_guid": "e8ebd30300000001", "node_guid_zero": False,
+          "bond": True}]                        # mlx5_bond_<n>: RoCE LAG, one device per adapter
+
+    in natural order. Columns split on any white space (TAB included); a shell prompt line is
+    skipped. Raises ParseError naming the line for anything else (a GUID cut short, a row
+    without GUID, ``Failed to get IB devices list`` - the verbs library itself failed).
+    """
+    devices = []
+    for lineno, line in enumerate(split_lines(text, "ibv_devices"), 1):
+        s = " ".join(line.split())
+        if not s or _IBV_DEVICES_HEADER_RE.match(s) or _IBV_DEVICES_RULE_RE.match(s) or _is_prompt(s):
+            continue
+        if s.startswith("Failed to get IB devices list"):
+            raise ParseError(f"ibv_devices line {lineno}: {s!r}: libibverbs could not list devices "
+                             f"(is the rdma-core library installed and /sys/class/infiniband_verbs "
+                             f"present?)")
+        m = _IBV_DEVICES_ROW_RE.match(s)
+        if not m:
+            raise ParseError(f"ibv_devices line {lineno}: expected '<device> <16 hex digit node "
+                             f"GUID>', got {shorten(line)!r}")
+        guid = m.group(2).lower()
+        devices.append({"hca": m.group(1), "node_guid": guid,
+                        "node_guid_zero": guid == "0" * 16,
+                        "bond": bool(re.match(r"^mlx\d+_bond_\d+$", m.group(1)))})
+    devices.sort(key=lambda d: natural_key(d["hca"]))
+    return devices
+
+
+_LSPCI_NIC_RE = re.compile(
+    r"^(?P<slot>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
+    r"(?P<cls>Ethernet controller|Infiniband controller|InfiniBand controller|Network controller)"
+    r"(?:\s*\[[0-9a-fA-F]{4}\])?:\s*(?P<name>.+)$"
+)
+
+
+def parse_lspci_rdma_functions(text):
+    """Mellanox/NVIDIA network functions in ``lspci`` output (plain, ``-D`` or ``-nn``).
+
+    Lines of other classes or vendors and shell prompts are skipped (``lspci | grep Ether``
+    pastes keep the prompt). Returns ``[{"slot": "0000:17:00.1", "adapter": "0000:17:00",
+    "function": 1, "class": "Ethernet controller", "name": "MT27800 Family [ConnectX-5]"}]``.
+    """
+    out = []
+    for _lineno, line in enumerate(split_lines(text, "lspci"), 1):
+        s = " ".join(line.split())
+        m = _LSPCI_NIC_RE.match(s)
+        if not m:
+            continue
+        name = m.group("name")
+        if not re.match(r"^(?:Mellanox Technologies|NVIDIA Corporation)\b", name) and "[15b3:" not in name:
+            continue
+        slot = m.group("slot").lower()
+        if slot.count(":") == 1:
+            slot = "0000:" + slot
+        name = re.sub(r"^(?:Mellanox Technologies|NVIDIA Corporation)\s+", "", name)
+        out.append({"slot": slot, "adapter": slot.rsplit(".", 1)[0], "function": int(slot[-1]),
+                    "class": m.group("cls"), "name": name})
+    return out
+
+
+def rdma_device_coverage(devices, functions):
+    """Do the verbs devices cover the PCI functions? ``{"verdict", "expected", "found",
+    "bond_devices", "problems"}``.
+
+    ``devices``: :func:`parse_ibv_devices` (or ``parse_ibv_devinfo``) entries; ``functions``:
+    :func:`parse_lspci_rdma_functions`. A ``mlx5_bond_<n>`` device is one RDMA device for all
+    functions of one adapter (RoCE LAG: the ports are bonded), so two ConnectX functions with
+    one bond device are complete (fixture N18). Verdicts: ``ROCE_LAG_ACTIVE`` (complete, with a
+    bond), ``OK`` (one device per function), ``DEVICES_MISSING`` (fewer devices than the
+    functions need; verbs providers or mlx5_ib missing?), ``NO_RDMA_HARDWARE`` (neither).
+    """
+    names = [d["hca"] for d in devices]
+    bonds = [n for n in names if re.match(r"^mlx\d+_bond_\d+$", n)]
+    adapters = {}
+    for f in functions:
+        adapters.setdefault(f["adapter"], []).append(f["slot"])
+    multi = sorted(a for a, slots in adapters.items() if len(slots) > 1)
+    # Each bond takes a whole multi-function adapter; the other devices one function each.
+    need = len(functions)
+    covered_by_bonds = sum(len(adapters[a]) for a in multi[:len(bonds)])
+    expected = need - covered_by_bonds + min(len(bonds), len(multi))
+    problems = []
+    if not functions and not names:
+        verdict = "NO_RDMA_HARDWARE"
+    elif len(names) >= expected:
+        verdict = "ROCE_LAG_ACTIVE" if bonds else "OK"
+    else:
+        verdict = "DEVICES_MISSING"
+        problems.append(f"{len(functions)} RDMA PCI function(s) ({', '.join(f['slot'] for f in functions)}) "
+                        f"but {len(names)} verbs device(s){' (' + ', '.join(names) + ')' if names else ''}: "
+                        f"expected {expected}; check the verbs providers (ibverbs-providers / "
+                        f"rdma-core) and that mlx5_ib is loaded")
+    return {"verdict": verdict, "expected": expected, "found": len(names), "bond_devices": bonds,
+            "problems": problems}
+
+
+_NO_PROVIDER_DIR_RE = re.compile(r"libibverbs: Warning: couldn't open config directory '([^']+)'")
+_NO_DRIVER_RE = re.compile(r"libibverbs: Warning: no userspace device-specific driver found for (\S+)")
+
+
+def classify_no_devices(text, sysfs_hcas=None):
+    """Why verbs sees no device, from ``ibv_devinfo``/``ibv_devices`` output (None: it sees some).
+
+    Returns ``{"class", "evidence", "fix"}``:
+
+    - ``RDMA_VERBS_PROVIDERS_MISSING``: libibverbs warns ``couldn't open config directory
+      '/etc/libibverbs.d'`` (the provider package creates it) or ``no userspace
+      device-specific driver found for /sys/class/infiniband_verbs/uverbs0`` (rdma-core
+      ``libibverbs/init.c``; fixture N20). Fix: install ``ibverbs-providers`` (Debian/Ubuntu)
+      or ``rdma-core``/``libibverbs`` (RHEL family), in the container image too.
+    - ``RDMA_KERNEL_DEVICES_MISSING``: no warning and ``sysfs_hcas`` (the names under
+      ``/sys/class/infiniband``) is an empty list: the kernel has no RDMA device (modprobe
+      mlx5_ib, or no hardware).
+    - ``RDMA_NO_DEVICES``: no devices, cause not visible in the text.
+    """
+    lines = split_lines(text, "ibv_devinfo")
+    if not any(re.search(r"\bNo IB devices found\b", ln) for ln in lines):
+        return None
+    for ln in lines:
+        m = _NO_PROVIDER_DIR_RE.search(ln) or _NO_DRIVER_RE.search(ln)
+        if m:
+            return {"class": "RDMA_VERBS_PROVIDERS_MISSING", "evidence": ln.strip(),
+                    "fix": "install the libibverbs provider libraries: ibverbs-providers on "
+                           "Debian/Ubuntu, rdma-core/libibverbs on RHEL-family (inside the container "
+                           "image too), then re-run ibv_devinfo"}
+    if sysfs_hcas is not None and not list(sysfs_hcas):
+        return {"class": "RDMA_KERNEL_DEVICES_MISSING", "evidence": "/sys/class/infiniband is empty",
+                "fix": "load the RDMA kernel driver (modprobe mlx5_ib) or check that the HCA is present"}
+    return {"class": "RDMA_NO_DEVICES", "evidence": "No IB devices found",
+            "fix": "compare /sys/class/infiniband and lspci with what verbs sees"}
+
+
+# --------------------------------------------------------------------------------------------
+# rdma link show (iproute2)
+# --------------------------------------------------------------------------------------------
+
+PHYS_STATES = ("NOP", "SLEEP", "POLLING", "DISABLED", "ARMED", "LINK_UP", "LINK_ERROR_RECOVER",
+               "PHY_TEST", "UNKNOWN", "OPA_OFFLINE", "OPA_TEST")
+_LINK_START_RE = re.compile(r"^(?:link\s+(?P<n1>[^\s/]+)/(?P<p1>\d+)|(?P<idx>\d+)/(?P<pi>\d+):\s+"
+                            r"(?P<n2>[^\s/]+)/(?P<p2>\d+):)(?:\s+|$)")
+_LINK_INT_KEYS = ("lid", "sm_lid", "lmc", "netdev_index")
+_LINK_KEYS = ("subnet_prefix", "lid", "sm_lid", "lmc", "state", "physical_state", "netdev",
+              "netdev_index")
+
+
+def _link_record(name, port, rest, lineno):
+    rec = {"hca": name, "port": int(port), "state": None, "active": False, "phys_state": None,
+           "netdev": None, "netdev_index": None, "subnet_prefix": None, "lid": None,
+           "sm_lid": None, "lmc": None, "caps": None, "lineno": lineno}
+    m = re.search(r"\bcaps\s+<([^>]*)>", rest)
+    if m:
+        rec["caps"] = [c.strip() for c in m.group(1).split(",") if c.strip()]
+        rest = rest[:m.start()] + rest[m.end():]
+    elif re.search(r"\bcaps\s+<", rest):
+        raise ParseError(f"rdma link line {lineno}: caps list '<...' not closed (output cut?)")
+    tokens = rest.split()
+    if len(tokens) % 2:
+        raise ParseError(f"rdma link line {lineno}: {name}/{port}: expected 'key value' pairs, "
+                         f"'{tokens[-1]}' has no value (output cut?)")
+    for i in range(0, len(tokens), 2):
+        key, value = tokens[i], tokens[i + 1]
+        if key not in _LINK_KEYS:
+            rec.setdefault("other", {})[key] = value
+            continue
+        if key in _LINK_INT_KEYS:
+            if not value.isdigit():
+                raise ParseError(f"rdma link line {lineno}: {key} should be a number, got {value!r}")
+            value = int(value)
+        rec["phys_state" if key == "physical_state" else key] = value
+    if rec["state"] is None:
+        raise ParseError(f"rdma link line {lineno}: {name}/{port} has no 'state' (output cut?)")
+    if rec["state"] not in PORT_STATES.values() and rec["state"] != "UNKNOWN":
+        raise ParseError(f"rdma link line {lineno}: state {rec['state']!r} is not a port state "
+                         f"({', '.join(PORT_STATES.values())})")
+    if rec["phys_state"] is not None and rec["phys_state"] not in PHYS_STATES:
+        raise ParseError(f"rdma link line {lineno}: physical_state {rec['phys_state']!r} is not one "
+                         f"of {', '.join(PHYS_STATES)}")
+    rec["active"] = rec["state"] == ACTIVE
+    return rec
+
+
+def parse_rdma_link(text):
+    """Ports of iproute2 ``rdma link [show]`` (``rdma/link.c``), text or ``-j`` JSON.
+
+    Text grammar, one port per line: iproute2 4.16-5.x ``<devidx>/<port>: <dev>/<port>: `` and
+    later ``link <dev>/<port> ``, then ``key value`` pairs in this order, each only when the
+    kernel reports it: ``subnet_prefix``, ``lid``, ``sm_lid``, ``lmc`` (InfiniBand), ``state``
+    (NOP, DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER), ``physical_state`` (``LINK_UP``,
+    ``DISABLED``, ``POLLING``, ...), ``netdev`` (with ``-d``: ``netdev_index``, ``caps <A,
+    B>``). A line that does not start a port continues the previous one (a wrapped paste);
+    prompt lines are skipped. JSON: a list of objects with ``ifname`` (``dev/port``), ``port``,
+    ``state``, ``physical_state``, ``netdev``.
+
+    Returns ``[{"hca", "port", "state", "active", "phys_state", "netdev", "netdev_index",
+    "subnet_prefix", "lid", "sm_lid", "lmc", "caps"}]`` in natural order. Raises ParseError
+    naming the line for a port without ``state`` (cut), an unknown state, a dangling key or
+    text before the first port.
+    """
+    lines = split_lines(text, "rdma link")
+    body = "\n".join(lines).strip()
+    if body.startswith("["):
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise ParseError(f"rdma -j link: not complete JSON ({exc})") from None
+        out = []
+        for n, item in enumerate(data, 1):
+            if not isinstance(item, dict) or "ifname" not in item or "state" not in item:
+                raise ParseError(f"rdma -j link: entry {n} lacks ifname/state")
+            name, _, port = str(item["ifname"]).partition("/")
+            pairs = " ".join(f"{k} {item[k]}" for k in ("subnet_prefix", "lid", "sm_lid", "lmc", "state",
+                                                        "physical_state", "netdev", "netdev_index")
+                             if k in item)
+            rec = _link_record(name, item.get("port", port or 1), pairs, n)
+            rec.pop("lineno")
+            out.append(rec)
+        return sorted(out, key=lambda r: (natural_key(r["hca"]), r["port"]))
+    pending = []
+    for lineno, line in enumerate(lines, 1):
+        s = " ".join(line.split())
+        if not s or _is_prompt(s):
+            continue
+        m = _LINK_START_RE.match(s)
+        if m:
+            name = m.group("n1") or m.group("n2")
+            port = m.group("p1") or m.group("p2")
+            pending.append([name, port, s[m.end():], lineno])
+        elif pending:
+            pending[-1][2] += " " + s
+        else:
+            raise ParseError(f"rdma link line {lineno}: expected 'link <dev>/<port> ...' or "
+                             f"'<n>/<port>: <dev>/<port>: ...', got {shorten(line)!r}")
+    out = []
+    for name, port, rest, lineno in pending:
+        rec = _link_record(name, port, rest, lineno)
+        rec.pop("lineno")
+        out.append(rec)
+    return sorted(out, key=lambda r: (natural_key(r["hca"]), r["port"]))
 
 
 # --------------------------------------------------------------------------------------------
