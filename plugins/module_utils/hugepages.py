@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -43,6 +45,10 @@ class HugepagesError(ValueError):
 
     The message always carries the numbers and what to change.
     """
+
+
+class HugepagesParseError(HugepagesError, ParseError):
+    """A node output (meminfo, kubectl describe node, a quantity) that does not read; names the line."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,7 +155,7 @@ def parse_meminfo(text: str) -> dict:
         if m and m.group(1) in _MEMINFO_KEYS:
             out[_MEMINFO_KEYS[m.group(1)]] = int(m.group(2))
     if out["total"] is None:
-        raise HugepagesError("no 'HugePages_Total:' line in the text: pass the output of 'cat /proc/meminfo'")
+        raise HugepagesParseError("no 'HugePages_Total:' line in the text: pass the output of 'cat /proc/meminfo'")
     out["page_size"] = out["page_size_kb"] * KiB if out["page_size_kb"] is not None else None
     out["total_bytes"] = out["total"] * out["page_size"] if out["page_size"] is not None else None
     return out
@@ -300,7 +306,7 @@ def parse_quantity(text: str) -> int:
     """Kubernetes resource quantity in bytes: ``8Gi`` -> 8589934592, ``0`` -> 0, ``264110532Ki``."""
     m = _QUANTITY_RE.match(str(text))
     if not m:
-        raise HugepagesError(f"cannot read Kubernetes quantity {text!r}")
+        raise HugepagesParseError(f"cannot read Kubernetes quantity {text!r}")
     return int(float(m.group(1)) * _QUANTITY_UNIT[m.group(2)])
 
 
@@ -316,11 +322,11 @@ def _resource_value(name, raw, where):
         try:
             return parse_quantity(raw)
         except HugepagesError:
-            raise HugepagesError(f"{where}: {name} {raw!r} is not a Kubernetes quantity") from None
+            raise HugepagesParseError(f"{where}: {name} {raw!r} is not a Kubernetes quantity") from None
     if name == "cpu":
         m = re.match(r"^(\d+)(m?)$", raw)
         if not m:
-            raise HugepagesError(f"{where}: cpu {raw!r} is not a CPU quantity (2, 500m)")
+            raise HugepagesParseError(f"{where}: cpu {raw!r} is not a CPU quantity (2, 500m)")
         return int(m.group(1)) * (1 if m.group(2) else 1000)  # millicores
     return int(raw) if raw.isdigit() else raw
 
@@ -357,13 +363,16 @@ def parse_node_resources(text: str) -> dict:
             continue
         m = _RESOURCE_RE.match(s)
         if not m:
-            raise HugepagesError(f"kubectl describe node line {lineno}: expected '<resource>: "
+            raise HugepagesParseError(f"kubectl describe node line {lineno}: expected '<resource>: "
                                  f"<quantity>' under {section.capitalize()}, got {s!r}")
         if not m.group(2):
-            raise HugepagesError(f"kubectl describe node line {lineno}: {m.group(1)} has no value "
+            raise HugepagesParseError(f"kubectl describe node line {lineno}: {m.group(1)} has no value "
                                  f"(paste cut?)")
         out[section][m.group(1)] = _resource_value(m.group(1), m.group(2),
                                                    f"kubectl describe node line {lineno}")
+    if not out["capacity"] and not out["allocatable"]:
+        raise HugepagesParseError("kubectl describe node: no 'Capacity:' or 'Allocatable:' section with "
+                                  "resources (pass the output of 'kubectl describe node <name>')")
     return out
 
 

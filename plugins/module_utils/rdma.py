@@ -150,7 +150,7 @@ def gid_entry(index, gid, gid_type=None, netdev=None, device=None, port=None):
                          f"(IPv6 notation)") from None
     version = None
     if gid_type:
-        gid_type = gid_type.strip()
+        gid_type = " ".join(gid_type.split())
         if re.match(r"^v[12]$", gid_type):
             gid_type = "RoCE " + gid_type
         m = re.match(r"^(?:IB/)?RoCE v([12])$", gid_type)
@@ -456,7 +456,7 @@ def parse_ibstatus(text):
     values = {}
     last = 0
     for lineno, line in enumerate(split_lines(text, "ibstatus"), 1):
-        stripped = line.strip()
+        stripped = " ".join(line.split())
         if not stripped:
             continue
         header = _IBSTATUS_HEADER_RE.match(stripped)
@@ -473,7 +473,7 @@ def parse_ibstatus(text):
         key, sep, value = stripped.partition(":")
         if not sep or not key.strip():
             raise ParseError(f"ibstatus line {lineno}: expected 'key: value', got {shorten(line)!r}")
-        values[key.strip()] = value.strip()
+        values[" ".join(key.split())] = " ".join(value.split())
         last = lineno
     if current:
         ports.append(_ibstatus_port(current[0], current[1], values, last))
@@ -617,7 +617,7 @@ def parse_ibv_devinfo(text):
         if not m:
             # -v prints flag names and notes ("tag matching not supported") on lines of their own.
             continue
-        key, value = m.group(1).strip(), m.group(2).strip()
+        key, value = " ".join(m.group(1).split()), " ".join(m.group(2).split())
         if key == "port":
             port = _new_port(_int_or_error(value, "port", lineno))
             dev["ports"].append(port)
