@@ -61,6 +61,8 @@ class FilterModule:
             "hugepages_kernel_page_sizes": hugepages.kernel_page_sizes,
             "hugepages_verify": hugepages_verify,
             "hugepages_kubelet_resource": hugepages.kubelet_resource_name,
+            "hugepages_parse_kubelet": hugepages.parse_node_resources,
+            "hugepages_node_reading": hugepages.node_hugepages_reading,
             "hugepages_cmdline_active": netstage.cmdline_active,
             "hugepages_grub_args": netstage.grub_hugepage_args,
             "hugepages_node_status": hugepages_node_status,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -41,3 +42,15 @@ def test_hugepages_filters_on_c20():
     status = FILTERS["hugepages_node_status"](plan, text, "ro", runtime={"requested": True, "applied": True})
     assert status["state"] == "ok"
     assert FILTERS["hugepages_cmdline_active"](plan, "default_hugepagesz=2M hugepagesz=2M hugepages=4096")
+
+
+def test_node_reading_filter_on_n12():
+    n12 = "hugepages/N12_hugepages_allocatable_static_not_reduced_by_usage"
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    out = env.from_string("{{ (m | hugepages_node_reading(d)).free_bytes }}").render(
+        m=fixture_text(n12 + ".1-proc-meminfo-excerpt.txt"),
+        d=fixture_text(n12 + ".2-kubectl-describe-node-excerpt.txt"))
+    assert out == str(481 * 2 * 1024**2)
+    with pytest.raises(AnsibleFilterError, match="parse_node_resources: kubectl describe node line 2"):
+        FILTERS["hugepages_parse_kubelet"]("Capacity:\n memory:\n")
