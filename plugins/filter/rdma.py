@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import rdma
+from ansible_collections.gpucluster.cluster.plugins.module_utils import peermem, rdma
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 # ---- GID table and index (module_utils/rdma.py) ---------------------------------------------
@@ -192,9 +192,9 @@ def ofed_release(text):
 
 
 def ofed_installed_release(ofed_info_s):
-    """Release from ``ofed_info -s`` (``MLNX_OFED_LINUX-23.10-1.1.9.0:``), None when absent."""
-    m = re.search(r"MLNX_OFED_LINUX-([^\s:]+)", ofed_info_s or "")
-    return m.group(1) if m else None
+    """Release from ``ofed_info -s`` (``MLNX_OFED_LINUX-23.10-1.1.9.0:``), None when absent: the one
+    ``ofed_info`` reader, ``peermem.ofed_release`` (MLNX_OFED and DOCA-OFED)."""
+    return peermem.ofed_release(ofed_info_s)
 
 
 def ofed_node_distro(distribution, version):
