@@ -1,7 +1,7 @@
 """Known failures of MPI-in-containers and NCCL networking, read from captured output.
 
 Pure functions, stdlib only, Python 3.8+ (runs on managed nodes and in the controller's filter
-plugin ``gpucluster_net``). ``classify(text)`` maps a failure output to a ``Diagnosis``
+plugin file ``plugins/filter/diagnose.py``). ``classify(text)`` maps a failure output to a ``Diagnosis``
 (kind, message, fix) or None when it matches no known failure; ``nccl_transport_summary(log)``
 reads what NCCL selected from an ``NCCL_DEBUG=INFO`` log; ``parse_ulimit_a`` /
 ``check_memlock`` check the locked-memory limit RDMA needs.
@@ -55,7 +55,8 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils import (
     gpu,
     hugepages,
     mpi_operator,
-    nccl_env,
+    multi_nic,
+    nccl,
     nccl_net_plugin,
     peermem,
     policy_routing,
@@ -644,7 +645,7 @@ def classify(text: str, interfaces=None):
     """The known failure a captured output shows, as a Diagnosis, or None for an unknown one.
 
     ``text``: mpirun/ssh/UCX/NCCL output as captured; ``interfaces``: optional node
-    interfaces (``[{"name", "ipv4": [cidr]}]``, e.g. nccl_env.parse_ifconfig()) to name the NIC
+    interfaces (``[{"name", "ipv4": [cidr]}]``, e.g. multi_nic.parse_ifconfig()) to name the NIC
     that owns an address in the output. A healthy NCCL INFO log gives None.
     """
     found = classify_all(text, interfaces)
@@ -934,8 +935,8 @@ def _read_block(block):
             m = re.match(r"^\s*(?:echo\s+)?['\"]?(NCCL_\w+\s*=\s*[^'\"\s>]*)['\"]?(?:\s*>>?\s*\S+)?\s*$", ln)
             if m:
                 conf.append(m.group(1))
-        settings = nccl_env.parse_nccl_conf("\n".join(conf))
-        problems = nccl_env.lint_nccl_conf("\n".join(conf))
+        settings = nccl.parse_nccl_conf("\n".join(conf))
+        problems = nccl.lint_nccl_conf("\n".join(conf))
         if problems:
             return [dict(kind=k, state=FAIL, cls="NCCL_CONF_PROBLEM", cause="; ".join(problems),
                          fix="write the data NIC explicitly: NCCL_SOCKET_IFNAME==<nic>",
@@ -1044,7 +1045,7 @@ def _read_block(block):
         return [dict(kind=k, state=WARN, cls=d.kind, cause=d.message + " (a problem when the job uses RDMA)",
                      fix=d.fix, reading=limits)]
     if k == "ifconfig":
-        ifs = nccl_env.parse_ifconfig(text)
+        ifs = multi_nic.parse_ifconfig(text)
         return [dict(kind=k, state=OK, cls="INTERFACES", cause="interfaces " + ", ".join(i["name"] for i in ifs),
                      reading={"interfaces": ifs})]
     if k == "policy-routing":

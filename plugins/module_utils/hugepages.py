@@ -1,6 +1,6 @@
 """Hugepage arithmetic, parsers and post-boot verification (pure functions, stdlib only).
 
-Runs on managed nodes (Python 3.8+) and on the controller (filter plugin ``gpucluster_net``).
+Runs on managed nodes (Python 3.8+) and on the controller (filter plugin ``hugepages``).
 
 Units: every size in this module is in **bytes** unless the name says otherwise (``*_kb`` is
 KiB, as /proc/meminfo prints it: its "kB" means 1024 bytes). Page counts are plain integers.
@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -43,6 +45,10 @@ class HugepagesError(ValueError):
 
     The message always carries the numbers and what to change.
     """
+
+
+class HugepagesParseError(HugepagesError, ParseError):
+    """A node output (meminfo, kubectl describe node, a quantity) that does not read; names the line."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,7 +155,7 @@ def parse_meminfo(text: str) -> dict:
         if m and m.group(1) in _MEMINFO_KEYS:
             out[_MEMINFO_KEYS[m.group(1)]] = int(m.group(2))
     if out["total"] is None:
-        raise HugepagesError("no 'HugePages_Total:' line in the text: pass the output of 'cat /proc/meminfo'")
+        raise HugepagesParseError("no 'HugePages_Total:' line in the text: pass the output of 'cat /proc/meminfo'")
     out["page_size"] = out["page_size_kb"] * KiB if out["page_size_kb"] is not None else None
     out["total_bytes"] = out["total"] * out["page_size"] if out["page_size"] is not None else None
     return out
@@ -280,7 +286,7 @@ def parse_hugetlbfs_mounts(text: str) -> list:
     return mounts
 
 
-_QUANTITY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|k|M|G|T)?\s*$")
+_QUANTITY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?\s*$")
 _QUANTITY_UNIT = {
     None: 1,
     "Ki": KiB,
@@ -291,6 +297,8 @@ _QUANTITY_UNIT = {
     "M": 10**6,
     "G": 10**9,
     "T": 10**12,
+    "Pi": 1024 * TiB,
+    "P": 10**15,
 }
 
 
@@ -298,28 +306,137 @@ def parse_quantity(text: str) -> int:
     """Kubernetes resource quantity in bytes: ``8Gi`` -> 8589934592, ``0`` -> 0, ``264110532Ki``."""
     m = _QUANTITY_RE.match(str(text))
     if not m:
-        raise HugepagesError(f"cannot read Kubernetes quantity {text!r}")
+        raise HugepagesParseError(f"cannot read Kubernetes quantity {text!r}")
     return int(float(m.group(1)) * _QUANTITY_UNIT[m.group(2)])
 
 
-def parse_kubelet_capacity(text: str, section: str = "Capacity") -> dict:
-    """``hugepages-*`` and ``memory`` of one section of ``kubectl describe node``, in bytes.
+_NODE_SECTIONS = ("Capacity", "Allocatable")
+_SECTION_RE = re.compile(r"^([A-Z][A-Za-z ]*):\s*$")
+_OTHER_FIELD_RE = re.compile(r"^[A-Z][A-Za-z ]*:")
+_RESOURCE_RE = re.compile(r"^([a-z0-9][A-Za-z0-9._/-]*)\s*:\s*(\S*)\s*$")
+_ELISION_RE = re.compile(r"^(?:\.\.\.|…|#.*|\$.*|\[[^\]]*\][#$].*)$")
 
-    Tolerates the whitespace a paste collapses. Returns e.g.
-    ``{"hugepages-1Gi": 0, "hugepages-2Mi": 0, "memory": 270449184768}``.
+
+def _resource_value(name, raw, where):
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        try:
+            return parse_quantity(raw)
+        except HugepagesError:
+            raise HugepagesParseError(f"{where}: {name} {raw!r} is not a Kubernetes quantity") from None
+    if name == "cpu":
+        m = re.match(r"^(\d+)(m?)$", raw)
+        if not m:
+            raise HugepagesParseError(f"{where}: cpu {raw!r} is not a CPU quantity (2, 500m)")
+        return int(m.group(1)) * (1 if m.group(2) else 1000)  # millicores
+    return int(raw) if raw.isdigit() else raw
+
+
+def parse_node_resources(text: str) -> dict:
+    """``Capacity`` and ``Allocatable`` of ``kubectl describe node`` (kubectl 1.10 to 1.33).
+
+    Grammar: a section header ``Capacity:`` / ``Allocatable:`` at column 0, then one
+    ``<resource>: <quantity>`` line each (one-space indent, padded with spaces); the next header
+    (``System Info:``, ``Allocated resources:``, ...) ends it. The indentation may be lost in a
+    paste (resource names are lower case, headers capitalised); ``...`` elisions, ``#``
+    comments and prompt lines are skipped. Each value is read with its own unit (fixture N12:
+    ``ephemeral-storage`` is ``39269648Ki`` under Capacity but plain bytes under Allocatable).
+
+    Returns ``{"capacity": {...}, "allocatable": {...}}``: memory, ephemeral-storage and
+    ``hugepages-*`` in bytes, ``cpu`` in millicores, counts (pods, ``nvidia.com/gpu``) as ints,
+    anything else as the text. Raises HugepagesError naming the line for a resource line
+    without a value (a cut paste) or a quantity that does not read.
     """
-    out = {}
-    inside = False
-    for line in str(text).splitlines():
-        stripped = line.strip()
-        if re.match(r"^[A-Z][A-Za-z ]*:\s*$", stripped):
-            inside = stripped[:-1].strip() == section
+    out = {"capacity": {}, "allocatable": {}}
+    section = None
+    for lineno, line in enumerate(str(text).splitlines(), 1):
+        s = line.strip()
+        if not s or _ELISION_RE.match(s):
             continue
-        if inside:
-            m = re.match(r"^(hugepages-\S+|memory)\s*:\s*(\S+)\s*$", stripped)
-            if m:
-                out[m.group(1)] = parse_quantity(m.group(2))
+        m = _SECTION_RE.match(s)
+        if m:
+            section = m.group(1).strip().lower() if m.group(1).strip() in _NODE_SECTIONS else None
+            continue
+        if section is None:
+            continue
+        if _OTHER_FIELD_RE.match(s):
+            section = None
+            continue
+        m = _RESOURCE_RE.match(s)
+        if not m:
+            raise HugepagesParseError(f"kubectl describe node line {lineno}: expected '<resource>: "
+                                 f"<quantity>' under {section.capitalize()}, got {s!r}")
+        if not m.group(2):
+            raise HugepagesParseError(f"kubectl describe node line {lineno}: {m.group(1)} has no value "
+                                 f"(paste cut?)")
+        out[section][m.group(1)] = _resource_value(m.group(1), m.group(2),
+                                                   f"kubectl describe node line {lineno}")
+    if not out["capacity"] and not out["allocatable"]:
+        raise HugepagesParseError("kubectl describe node: no 'Capacity:' or 'Allocatable:' section with "
+                                  "resources (pass the output of 'kubectl describe node <name>')")
     return out
+
+
+def parse_kubelet_capacity(text: str, section: str = "Capacity") -> dict:
+    """``hugepages-*`` and ``memory`` of one section of ``kubectl describe node``, in bytes
+    (:func:`parse_node_resources`). E.g. ``{"hugepages-1Gi": 0, "hugepages-2Mi": 0,
+    "memory": 270449184768}``.
+    """
+    values = parse_node_resources(text)[section.lower()]
+    return {k: v for k, v in values.items() if k == "memory" or k.startswith("hugepages-")}
+
+
+def _resource_size(name):
+    """``hugepages-2Mi`` -> 2097152 (the page size a kubelet resource name stands for)."""
+    return parse_quantity(name[len("hugepages-"):])
+
+
+def node_hugepages_reading(meminfo, describe_node) -> dict:
+    """What a node's hugepages are, from ``/proc/meminfo`` and ``kubectl describe node`` together.
+
+    Returns ``{"total", "free", "in_use" (pages), "page_size" (bytes or None),
+    "page_size_source" ("meminfo" | "kubelet capacity" | None), "free_bytes" (None when the size
+    is unknown), "capacity", "allocatable" (parse_node_resources), "memory_reserved_bytes"
+    (Capacity - Allocatable memory beyond the hugepages, i.e. kube/system reserve and eviction
+    threshold), "findings": [sentences]}``.
+
+    The page size comes from meminfo's ``Hugepagesize``, else from the kubelet resource whose
+    capacity is exactly ``HugePages_Total`` pages of its size (fixture N12: hugepages-2Mi = 1Gi
+    = 512 x 2 MiB); otherwise it stays unknown, never assumed. Allocatable is static: pods'
+    use does not lower it (N12); free memory is HugePages_Free x size, which is what the
+    findings say instead of reporting a fault.
+    """
+    info = parse_meminfo(meminfo) if isinstance(meminfo, str) else meminfo
+    node = parse_node_resources(describe_node) if isinstance(describe_node, str) else describe_node
+    cap, alloc = node["capacity"], node["allocatable"]
+    size, source = info.get("page_size"), "meminfo" if info.get("page_size") else None
+    if size is None and info.get("total"):
+        fits = [_resource_size(k) for k, v in cap.items()
+                if k.startswith("hugepages-") and v == info["total"] * _resource_size(k)]
+        if len(fits) == 1:
+            size, source = fits[0], "kubelet capacity"
+    free = info.get("free")
+    in_use = info["total"] - free if free is not None else None
+    findings = []
+    hp_alloc = sum(v for k, v in alloc.items() if k.startswith("hugepages-"))
+    reserved = None
+    if "memory" in cap and "memory" in alloc:
+        reserved = cap["memory"] - alloc["memory"] - hp_alloc
+    if size is None:
+        findings.append("hugepage size unknown (no Hugepagesize line and no kubelet resource matches "
+                        "HugePages_Total): free bytes not computed")
+    elif size is not None and free is not None:
+        name = kubelet_resource_name(size)
+        if name in alloc and in_use:
+            findings.append(f"{name} Allocatable {human_size(alloc[name])} is static: the {in_use} pages in "
+                            f"use do not lower it; free now: {free} x {human_size(size)} = "
+                            f"{human_size(free * size)} (meminfo)")
+        if name in cap and cap[name] != info["total"] * size:
+            findings.append(f"kubelet reports {name} capacity {human_size(cap[name])} but the kernel has "
+                            f"{info['total']} x {human_size(size)}: restart kubelet to rediscover (C20)")
+    return {"total": info["total"], "free": free, "in_use": in_use, "page_size": size,
+            "page_size_source": source, "free_bytes": free * size if size and free is not None else None,
+            "capacity": cap, "allocatable": alloc, "memory_reserved_bytes": reserved,
+            "findings": findings}
 
 
 # --------------------------------------------------------------------------------------------

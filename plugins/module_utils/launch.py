@@ -68,7 +68,7 @@ PATH``, ``-mca pml ob1 -mca btl ^openib``); Open MPI ``btl_tcp_if_include`` /
 from it, sets ``schedulerName: volcano`` and the ``scheduling.k8s.io/group-name`` annotation on
 the pods; ``scheduleTimeoutSeconds`` is not passed to a Volcano PodGroup); Volcano PodGroup
 ``scheduling.volcano.sh/v1beta1``; NCCL_SOCKET_IFNAME checks of
-``plugins/module_utils/nccl_env.py`` (fixture nccl-network/C29).
+``plugins/module_utils/nccl.py`` (fixture nccl-network/C29).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils import nccl
 from ansible_collections.gpucluster.cluster.plugins.module_utils.launch_schema import (
     API_VERSIONS,
     DEFAULT_SHM_SIZE,
@@ -357,19 +357,19 @@ def _nccl_ifname_problem(value: str) -> str | None:
     among whatever else the node has, ``lo`` included (fixture nccl-network/C29), and an
     include that matches lo, docker*, veth* or virbr* (``lo``, ``=docker0``, the prefix ``d``)
     would bootstrap over an interface peers cannot reach (nccl-logs/E12, E17). The semantics
-    are those of ``nccl_env.py`` (:func:`parse_ifname_spec`, :func:`ifname_matches`,
+    are those of ``nccl.py`` (:func:`parse_ifname_spec`, :func:`ifname_matches`,
     :func:`check_socket_ifname`).
     """
     where = f"nccl_env.NCCL_SOCKET_IFNAME={value!r}"
     fix = ("give the data NIC(s) by exact name, e.g. NCCL_SOCKET_IFNAME: '=eth0' (or '=eth0,eth1'), "
            "or name prefixes such as eth0; take the names from the network facts")
-    parsed = nccl_env.parse_ifname_spec(value)
-    findings = nccl_env.check_socket_ifname(value)
+    parsed = nccl.parse_ifname_spec(value)
+    findings = nccl.check_socket_ifname(value)
     if parsed["exclude"]:
         detail = f" ({'; '.join(findings)})" if findings else ""
         return (f"{where} is an exclusion list: NCCL then picks any other interface, lo included "
                 f"(fixture nccl-network/C29: ^docker0 lets NCCL pick lo){detail}; {fix}")
-    selected = [name for name in _NCCL_NEVER_SAMPLES if nccl_env.ifname_matches(value, name)]
+    selected = [name for name in _NCCL_NEVER_SAMPLES if nccl.ifname_matches(value, name)]
     for name, _port in parsed["items"]:
         if interface_problem(name) is not None:
             selected.append(name)
@@ -431,19 +431,19 @@ def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
         except ProfileError as exc:
             problems.extend(f"profile: {p}" if not p.startswith("runtime=") else p for p in exc.problems)
 
-    nccl = {k: _env_text(v) for k, v in (data.get("nccl_env") or {}).items()} if ok("nccl_env") else {}
-    if "NCCL_SOCKET_IFNAME" in nccl:
-        problem = _nccl_ifname_problem(nccl["NCCL_SOCKET_IFNAME"])
+    nccl_vars = {k: _env_text(v) for k, v in (data.get("nccl_env") or {}).items()} if ok("nccl_env") else {}
+    if "NCCL_SOCKET_IFNAME" in nccl_vars:
+        problem = _nccl_ifname_problem(nccl_vars["NCCL_SOCKET_IFNAME"])
         if problem:
             problems.append(problem)
     env = {k: _env_text(v) for k, v in (data.get("env") or {}).items()} if ok("env") else {}
     profile_names = set(profile.values) if profile else set()
     for key in env:
-        if key in nccl:
+        if key in nccl_vars:
             problems.append(f"env.{key} is also in nccl_env: set it once")
         if key in profile_names or key.startswith("LIGHT_"):
             problems.append(f"env.{key} is a runtime profile variable: set it under profile so it is validated")
-        if key.startswith("NCCL_") and key not in nccl:
+        if key.startswith("NCCL_") and key not in nccl_vars:
             problems.append(f"env.{key}: put NCCL variables under nccl_env (checked and merged with facts there)")
 
     iface = data.get("network_interface")
@@ -465,7 +465,7 @@ def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
         profile=profile,
         nodes=tuple(str(h) for h in nodes),
         profile_set=profile_set,
-        nccl_env=nccl,
+        nccl_env=nccl_vars,
         env=env,
         network_interface=iface,
         ssh_port=data.get("ssh_port", DEFAULT_SSH_PORT),

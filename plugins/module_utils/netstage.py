@@ -1,9 +1,9 @@
 """Glue logic of the network stage roles (pure functions, stdlib only, Python 3.8+).
 
-The arithmetic and the NCCL rules live in ``hugepages.py``, ``nccl_env.py`` and ``gpu.py``;
+The arithmetic and the NCCL rules live in ``hugepages.py``, ``multi_nic.py``, ``nccl.py`` and ``gpu.py``;
 this module only joins them to the facts the roles have (Ansible facts, ``gpu_facts``,
 ``rdma_facts``, sysfs text, the ``cloud_eni`` module's result). Filters in
-``plugins/filter/gpucluster_netstage.py`` expose it.
+``plugins/filter/multi_nic.py``, ``hugepages.py`` and ``nccl.py`` expose it.
 
 Shapes
 ======
@@ -14,7 +14,7 @@ Shapes
 
 **Resolved NIC** (resolve_secondary_nics()): ``{"name", "mac", "address" (CIDR), "ip",
 "prefix" (int), "network" (CIDR), "gateway" (str or None), "mtu" (int or None), "ipv4"
-([address]: the normalized-interface shape of nccl_env, so policy_routes() takes it)}``.
+([address]: the normalized-interface shape of multi_nic, so policy_routes() takes it)}``.
 
 **GPU-NIC map entry** (gpu_netdev_map()): ``{"gpu": 0, "nic": "eth1", "address": "10.0.64.13",
 "hca": "mlx5_0" | None, "link": "PXB" | "NODE" | "SYS" | None, "source": "topology" | "numa"
@@ -40,7 +40,7 @@ import ipaddress
 import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import gpu_topology as gpu
-from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, multi_nic, nccl
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$")
 # A destination that is never routed (TEST-NET-1, RFC 5737): `ip route get` to it shows which
@@ -74,7 +74,7 @@ def _fact_of(facts: dict, name: str):
 def node_interfaces(facts: dict) -> dict:
     """``{name: {"mac", "ipv4" ([CIDR]), "state", "mtu"}}`` from ``ansible_facts``."""
     out = {}
-    for iface in nccl_env.interfaces_from_ansible_facts(facts):
+    for iface in multi_nic.interfaces_from_ansible_facts(facts):
         fact = _fact_of(facts, iface["name"])
         mac = str(fact.get("macaddress") or "").lower()
         out[iface["name"]] = {
@@ -87,12 +87,12 @@ def node_interfaces(facts: dict) -> dict:
 
 
 def sorted_interfaces(facts: dict) -> list:
-    """``nccl_env.interfaces_from_ansible_facts()`` in natural name order (eth2 before eth10).
+    """``multi_nic.interfaces_from_ansible_facts()`` in natural name order (eth2 before eth10).
 
     Ansible lists ``ansible_facts.interfaces`` in no fixed order (it differs between two runs
     on one node), so anything rendered from it in fact order would change on every run.
     """
-    return sorted(nccl_env.interfaces_from_ansible_facts(facts), key=lambda i: gpu.natural_key(i["name"]))
+    return sorted(multi_nic.interfaces_from_ansible_facts(facts), key=lambda i: gpu.natural_key(i["name"]))
 
 
 def resolve_secondary_nics(specs, facts: dict, mtu=0) -> list:
@@ -138,7 +138,7 @@ def resolve_secondary_nics(specs, facts: dict, mtu=0) -> list:
                     where, name, ", ".join(sorted(ifaces)) or "none"
                 )
             )
-        if name == "lo" or name.startswith(nccl_env.NEVER_PREFIXES):
+        if name == "lo" or name.startswith(multi_nic.NEVER_PREFIXES):
             raise NetStageError(f"{where}: {name} is not a NIC for GPU traffic (lo, docker*, veth*, virbr*)")
         if name == primary:
             raise NetStageError(
@@ -213,11 +213,11 @@ def secondary_nic_plan(specs, facts: dict, mtu=0, table_base: int = 100) -> list
     """resolve_secondary_nics() plus the policy routing of each NIC and where to probe it.
 
     Adds, per NIC, ``"table"`` (``table_base + n``), ``"rule"`` and ``"route"`` (iproute2
-    arguments, from ``nccl_env.policy_routes()``), ``"probes"`` (probe_destinations()) and
+    arguments, from ``multi_nic.policy_routes()``), ``"probes"`` (probe_destinations()) and
     ``"probe_list"`` (its non-empty values, peer first).
     """
     nics = resolve_secondary_nics(specs, facts, mtu)
-    routes = nccl_env.policy_routes(nics, int(table_base))
+    routes = multi_nic.policy_routes(nics, int(table_base))
     for n, nic in enumerate(nics):
         route = routes[n]
         nic.update({"table": route["table"], "rule": route["rule"], "route": route["route"]})
@@ -337,7 +337,7 @@ def gpu_netdev_map(nics, gpu_facts=None, rdma_facts=None, numa_nodes=None, gpu_c
 
 
 def rdma_ports(rdma_facts) -> list:
-    """``gpucluster_rdma`` (rdma_facts) ports in the shape ``nccl_env.render_nccl_env()`` takes.
+    """``gpucluster_rdma`` (rdma_facts) ports in the shape ``nccl.render_nccl_env()`` takes.
 
     ``[{"device": "mlx5_0", "port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "netdev":
     "ens1f0", "roce_v2_gid_index": 3}]``; the GID index is the one rdma_facts picked (RoCE v2,
@@ -360,16 +360,16 @@ def rdma_ports(rdma_facts) -> list:
 
 
 def container_env(rendered, include_mca=True, *extra) -> dict:
-    """The training container's environment from a ``nccl_env.render_nccl_env()`` result.
+    """The training container's environment from a ``nccl.render_nccl_env()`` result.
 
-    NCCL's variables, then (``include_mca``) Open MPI's as ``OMPI_MCA_*`` (``nccl_env.mca_env()``),
+    NCCL's variables, then (``include_mca``) Open MPI's as ``OMPI_MCA_*`` (``nccl.mca_env()``),
     then each dict of ``extra`` in order (later wins). Every value is a string, as a container's
     environment must be; a name that is not an environment variable name raises NetStageError.
     """
     out = {}
     parts = [rendered.get("env") or {}]
     if include_mca:
-        parts.append(nccl_env.mca_env(rendered))
+        parts.append(nccl.mca_env(rendered))
     parts.extend(e or {} for e in extra)
     for part in parts:
         for key, value in part.items():

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
+
 NVIDIA_PEERMEM_MIN_DRIVER = 470
 NV_PEER_MEM_VERSION = "1.0-9"
 PEER_MEMORY_SYMBOL = "ib_register_peer_memory_client"
 PEER_MEMORY_MODULES = ("nvidia_peermem", "nv_peer_mem")
-
-
-class ParseError(ValueError):
-    """Input that cannot be read (empty error text, a version that is not a version)."""
 
 
 def driver_major(version):

@@ -1,4 +1,5 @@
-"""RDMA fact parsers: ``ibdev2netdev``, ``ibstatus``, ``ibv_devinfo [-v]``, sysfs GID tables.
+"""RDMA fact parsers: ``ibdev2netdev``, ``ibstatus``, ``ibv_devinfo [-v]``, ``ibv_devices``,
+``rdma link``, ``show_gids``, sysfs GID tables; the one GID model and the RoCE v2 GID choice.
 
 Pure functions over the tools' text output (and over a dict of sysfs file contents), stdlib
 only, for Python 3.8+ on the managed node (``rdma_facts`` module) and for pytest. Nothing here
@@ -34,6 +35,7 @@ Sources:
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import (
@@ -121,19 +123,25 @@ def _link_layer(value, what):
 # --------------------------------------------------------------------------------------------
 
 
-def gid_entry(index, gid, gid_type=None, netdev=None):
-    """One GID table entry as a dict.
+def gid_entry(index, gid, gid_type=None, netdev=None, device=None, port=None):
+    """One GID table entry as a dict: THE GID model (ibv_devinfo -v, show_gids, sysfs).
 
     ::
 
         {"index": 3, "gid": "::ffff:192.0.2.6",   # as printed
-         "type": "RoCE v2" or "IB/RoCE v1" or None,
+         "type": "RoCE v2" or "RoCE v1" or "IB/RoCE v1" or None,
          "roce_version": 2 or 1 or None,
          "ipv4": "192.0.2.6" or None,            # IPv4-mapped GID (::ffff:a.b.c.d)
          "link_local": False,                    # fe80::/10
-         "netdev": "ens1f0" or None}             # sysfs gid_attrs/ndevs
+         "netdev": "ens1f0" or None,             # sysfs gid_attrs/ndevs, show_gids DEV
+         "device": "mlx5_0" or None,             # hca_id / show_gids DEV column
+         "port": 1 or None}
 
-    Raises ParseError when ``gid`` is not an IPv6-formatted GID.
+    ``type`` is what the tool prints: ``RoCE v1``/``RoCE v2`` (ibv_devinfo -v of rdma-core >= 28,
+    Ethernet link layer only), ``IB/RoCE v1``/``RoCE v2`` (sysfs ``gid_attrs/types``), ``v1``/``v2``
+    (show_gids, normalised to ``RoCE v1``/``RoCE v2``), ``Invalid gid type`` (devinfo's default
+    branch: ``roce_version`` None). Raises ParseError when ``gid`` is not an IPv6-formatted GID
+    or the type is none of these.
     """
     try:
         addr = ipaddress.IPv6Address(str(gid).strip())
@@ -142,79 +150,167 @@ def gid_entry(index, gid, gid_type=None, netdev=None):
                          f"(IPv6 notation)") from None
     version = None
     if gid_type:
-        m = re.search(r"v(\d)\s*$", gid_type.strip())
-        if not m:
+        gid_type = " ".join(gid_type.split())
+        if re.match(r"^v[12]$", gid_type):
+            gid_type = "RoCE " + gid_type
+        m = re.match(r"^(?:IB/)?RoCE v([12])$", gid_type)
+        if m:
+            version = int(m.group(1))
+        elif gid_type != "Invalid gid type":
             raise ParseError(f"GID[{index}]: type {gid_type!r} is not 'RoCE v1', "
                              f"'IB/RoCE v1' or 'RoCE v2'")
-        version = int(m.group(1))
     mapped = addr.ipv4_mapped
     return {
         "index": int(index),
         "gid": str(gid).strip(),
-        "type": gid_type.strip() if gid_type else None,
+        "type": gid_type or None,
         "roce_version": version,
         "ipv4": str(mapped) if mapped is not None else None,
         "link_local": addr.is_link_local,
         "netdev": netdev,
+        "device": device,
+        "port": port,
     }
 
 
 _GID_LINE_RE = re.compile(r"^GID\[\s*(\d+)\]:\s*([0-9A-Fa-f:.]+)\s*(?:,\s*(.*\S))?\s*$")
+# show_gids (MLNX_OFED / DOCA script over sysfs): DEV PORT INDEX GID [IPv4] VER DEV
+_SHOW_GIDS_RE = re.compile(
+    r"^(\S+)\s+(\d+)\s+(\d+)\s+([0-9A-Fa-f]{4}(?::[0-9A-Fa-f]{4}){7})\s+"
+    r"(?:(\d+\.\d+\.\d+\.\d+)\s+)?(v[12])\s*(\S+)?$"
+)
+_SHOW_GIDS_OTHER_RE = re.compile(r"^(?:DEV\s+PORT\s+INDEX\b.*|[-\s]+|n_gids_found=\d+)$")
+_HCA_ID_RE = re.compile(r"^hca_id:\s*(\S+)$")
+_PORT_RE = re.compile(r"^port:\s*(\d+)$")
 
 
-def _gid_from_line(line, lineno):
+def _gid_from_line(line, lineno, device=None, port=None):
     m = _GID_LINE_RE.match(line.strip())
     if not m:
         raise ParseError(f"ibv_devinfo line {lineno}: expected 'GID[ n]: <gid>[, RoCE v1|v2]', "
                          f"got {shorten(line)!r}")
-    return gid_entry(int(m.group(1)), m.group(2), m.group(3))
+    return gid_entry(int(m.group(1)), m.group(2), m.group(3), device=device, port=port)
 
 
 def parse_gid_table(text):
-    """GID table lines of ``ibv_devinfo -v`` (one port), other lines ignored.
+    """GID entries of ``ibv_devinfo -v`` (one or more ports) or of ``show_gids``.
 
-    Reads every line that starts with ``GID[``: ``GID[  3]: ::ffff:192.0.2.6, RoCE v2`` (the
-    type is absent on InfiniBand ports). Returns a list of :func:`gid_entry` dicts in index
-    order. Raises ParseError when there is no GID line, or when a GID line is malformed
-    (a truncated GID fails IPv6 parsing).
+    ``ibv_devinfo -v`` (rdma-core ``libibverbs/examples/devinfo.c``): every line that starts with
+    ``GID[`` is read: ``GID[  3]:  ::ffff:192.0.2.6, RoCE v2``; rdma-core >= 28 prints a RoCE v2
+    GID with inet_ntop and a v1 one as eight hex groups, the type only on an Ethernet link layer
+    (absent on InfiniBand and before v28). ``hca_id:``/``port:`` lines set ``device``/``port``.
+    ``show_gids`` (MLNX_OFED/DOCA script): ``mlx5_0 1 3 0000:...:c000:0206 192.0.2.6 v2 ens1f0``
+    rows; its header, dashes and ``n_gids_found=`` are skipped. Tabs or collapsed spaces are
+    fine.
+
+    Returns :func:`gid_entry` dicts in (device, port, index) order. Raises ParseError when no
+    GID is found, when a ``GID[`` line or a show_gids row is malformed (a truncated GID fails
+    IPv6 parsing), or when a line looks like a show_gids row but is not one.
     """
     gids = []
-    for lineno, line in enumerate(split_lines(text, "ibv_devinfo -v GID table"), 1):
-        if line.strip().startswith("GID["):
-            gids.append(_gid_from_line(line, lineno))
+    device = port = None
+    show_gids = False
+    for lineno, line in enumerate(split_lines(text, "GID table"), 1):
+        s = line.strip()
+        if not s:
+            continue
+        m = _HCA_ID_RE.match(s)
+        if m:
+            device, port = m.group(1), None
+            continue
+        m = _PORT_RE.match(s)
+        if m:
+            port = int(m.group(1))
+            continue
+        if s.startswith("GID["):
+            gids.append(_gid_from_line(s, lineno, device, port))
+            continue
+        if re.match(r"^DEV\s+PORT\s+INDEX\b", s):
+            show_gids = True
+            continue
+        m = _SHOW_GIDS_RE.match(s)
+        if m:
+            entry = gid_entry(m.group(3), m.group(4), m.group(6), m.group(7), m.group(1),
+                              int(m.group(2)))
+            if m.group(5) and entry["ipv4"] != m.group(5):
+                raise ParseError(f"show_gids line {lineno}: IPv4 column {m.group(5)} does not "
+                                 f"match GID {m.group(4)}")
+            gids.append(entry)
+            continue
+        if show_gids and not _SHOW_GIDS_OTHER_RE.match(s):
+            raise ParseError(f"show_gids line {lineno}: expected 'DEV PORT INDEX GID [IPv4] VER "
+                             f"DEV', got {shorten(line)!r}")
     if not gids:
-        raise ParseError("ibv_devinfo -v: no 'GID[ n]:' lines found (run ibv_devinfo with -v)")
-    return sorted(gids, key=lambda g: g["index"])
+        raise ParseError("GID table: no 'GID[ n]:' lines (run ibv_devinfo with -v) and no "
+                         "show_gids row found")
+    return sorted(gids, key=lambda g: (natural_key(g["device"] or ""), g["port"] or 0,
+                                       g["index"]))
+
+
+def _wanted_ipv4(ipv4):
+    """``"192.0.2.6"``, ``"192.0.2.6/24"`` or a list of them -> set of address strings."""
+    items = [ipv4] if isinstance(ipv4, str) else list(ipv4)
+    wanted = set()
+    for address in items:
+        try:
+            wanted.add(str(ipaddress.ip_interface(str(address).strip()).ip))
+        except ValueError:
+            raise ParseError(f"{address!r} is not an IPv4 address") from None
+    return wanted
 
 
 def pick_roce_gid_index(gids, ipv4=None):
-    """GID index for ``NCCL_IB_GID_INDEX`` / ``NVSHMEM_IB_GID_INDEX`` on a RoCE port, or None.
+    """THE GID index choice for ``NCCL_IB_GID_INDEX`` / ``NVSHMEM_IB_GID_INDEX`` on a RoCE port.
 
     ``gids`` are :func:`gid_entry` dicts (from :func:`parse_gid_table`, :func:`parse_ibv_devinfo`
-    or :func:`parse_sysfs_infiniband`); ``ipv4`` optionally names the address of the
-    interface NCCL should use (a string or a list of strings).
+    or :func:`parse_sysfs_infiniband`); ``ipv4`` optionally names the address(es) of the
+    interface NCCL should use (strings, CIDR allowed: ``192.0.2.6/24``).
 
     Rule (NCCL environment variables documentation, NCCL_IB_GID_INDEX and, from NCCL 2.21,
     NCCL_IB_ADDR_FAMILY=AF_INET / NCCL_IB_ROCE_VERSION_NUM=2; NVIDIA/nccl #769): the entry must
     be RoCE v2 and hold an IPv4-mapped address ``::ffff:a.b.c.d`` (equal to ``ipv4`` when
     given). The link-local ``fe80::`` RoCE v2 entry is never chosen (not routable: QPs time
-    out between nodes), nor are RoCE v1 entries. Among several matches the lowest index wins.
-    Returns None when no entry qualifies (no IPv4 address on the netdev yet, or an
+    out between nodes, fixture C32), nor are RoCE v1 entries. Among several matches the lowest
+    index wins. Returns None when no entry qualifies (no IPv4 address on the netdev yet, or an
     InfiniBand port, where NCCL needs no GID index).
     """
-    wanted = None
-    if ipv4 is not None:
-        wanted = {ipv4} if isinstance(ipv4, str) else set(ipv4)
-        for address in wanted:
-            try:
-                ipaddress.IPv4Address(address)
-            except ValueError:
-                raise ParseError(f"pick_roce_gid_index: {address!r} is not an IPv4 "
-                                 f"address") from None
+    wanted = _wanted_ipv4(ipv4) if ipv4 else None
     matches = [g["index"] for g in gids
-               if g.get("roce_version") == 2 and g.get("ipv4")
+               if g.get("roce_version") == 2 and g.get("ipv4") and not g.get("link_local")
                and (wanted is None or g["ipv4"] in wanted)]
     return min(matches) if matches else None
+
+
+def check_gid_index(index, gids, ipv4=None, where="NCCL_IB_GID_INDEX"):
+    """Problems with a configured GID index against the port's GID table (empty list: fine).
+
+    The configured value must name an entry that exists, is RoCE v2 and carries an IPv4-mapped
+    address (of ``ipv4`` when given); each finding says what the table holds at that index and
+    which index :func:`pick_roce_gid_index` would use.
+    """
+    try:
+        index = int(str(index).strip())
+    except ValueError:
+        return [f"{where}={index!r} is not a number"]
+    if index < 0:
+        return []  # NCCL >= 2.21: -1 is "choose automatically"
+    best = pick_roce_gid_index(gids, ipv4)
+    hint = (f"; the RoCE v2 IPv4 GID is index {best}" if best is not None
+            else "; the table has no RoCE v2 GID with an IPv4 address (give the netdev one)")
+    entry = next((g for g in gids if g["index"] == index), None)
+    if entry is None:
+        return [f"{where}={index}: no such GID in the table (indices "
+                f"{', '.join(str(g['index']) for g in gids) or 'none'}){hint}"]
+    if entry.get("roce_version") != 2:
+        return [f"{where}={index}: GID {entry['gid']} is {entry.get('type') or 'untyped'}, not "
+                f"RoCE v2{hint}"]
+    if entry.get("link_local") or not entry.get("ipv4"):
+        return [f"{where}={index}: GID {entry['gid']} is link-local/not IPv4-mapped; it times "
+                f"out across subnets (fixture C32){hint}"]
+    if ipv4 and entry["ipv4"] not in _wanted_ipv4(ipv4):
+        return [f"{where}={index}: GID carries {entry['ipv4']}, not the data address "
+                f"{', '.join(sorted(_wanted_ipv4(ipv4)))}{hint}"]
+    return []
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,7 +456,7 @@ def parse_ibstatus(text):
     values = {}
     last = 0
     for lineno, line in enumerate(split_lines(text, "ibstatus"), 1):
-        stripped = line.strip()
+        stripped = " ".join(line.split())
         if not stripped:
             continue
         header = _IBSTATUS_HEADER_RE.match(stripped)
@@ -377,7 +473,7 @@ def parse_ibstatus(text):
         key, sep, value = stripped.partition(":")
         if not sep or not key.strip():
             raise ParseError(f"ibstatus line {lineno}: expected 'key: value', got {shorten(line)!r}")
-        values[key.strip()] = value.strip()
+        values[" ".join(key.split())] = " ".join(value.split())
         last = lineno
     if current:
         ports.append(_ibstatus_port(current[0], current[1], values, last))
@@ -500,7 +596,7 @@ def parse_ibv_devinfo(text):
             if port is None:
                 raise ParseError(f"ibv_devinfo line {lineno}: GID line outside a 'port:' "
                                  f"section")
-            port["gids"].append(_gid_from_line(stripped, lineno))
+            port["gids"].append(_gid_from_line(stripped, lineno, dev["hca"], port["port"]))
             continue
         m = _KEY_RE.match(stripped)
         if m and m.group(1) == "hca_id":
@@ -521,7 +617,7 @@ def parse_ibv_devinfo(text):
         if not m:
             # -v prints flag names and notes ("tag matching not supported") on lines of their own.
             continue
-        key, value = m.group(1).strip(), m.group(2).strip()
+        key, value = " ".join(m.group(1).split()), " ".join(m.group(2).split())
         if key == "port":
             port = _new_port(_int_or_error(value, "port", lineno))
             dev["ports"].append(port)
@@ -562,6 +658,268 @@ def rdma_problems(devices):
                 problems.append(f"{dev['hca']} port {port['port']}: state {port['state']} "
                                 f"({port['state_num']}), not ACTIVE")
     return problems
+
+
+# --------------------------------------------------------------------------------------------
+# ibv_devices
+# --------------------------------------------------------------------------------------------
+
+_IBV_DEVICES_HEADER_RE = re.compile(r"^device\s+node\s+GUID$")
+_IBV_DEVICES_RULE_RE = re.compile(r"^-+\s+-+$")
+_IBV_DEVICES_ROW_RE = re.compile(r"^([A-Za-z][\w.-]*)\s+([0-9a-fA-F]{16})$")
+_PROMPT_RE = re.compile(r"^(?:\[[^\]]*\][#$]|[\w.@:~/-]*[#$])\s*\S.*$")
+
+
+def _is_prompt(stripped):
+    """A shell prompt line pasted with the output (``[root@test test]# ibv_devices``)."""
+    return bool(_PROMPT_RE.match(stripped))
+
+
+def parse_ibv_devices(text):
+    """Devices of ``ibv_devices`` (rdma-core ``libibverbs/examples/device_list.c``, all versions).
+
+    Grammar: a header ``    device          \\t   node GUID``, a rule ``    ------ \\t----...``,
+    then one row per verbs device: the name padded to 16 and a TAB, then the node GUID as 16
+    hex digits (``%016llx``, host byte order). Zero devices print the header only. Returns::
+
+        [{"hca": "mlx5_bond_0", "node_guid": "e8ebd30300000001", "node_guid_zero": False,
+          "bond": True}]                        # mlx5_bond_<n>: RoCE LAG, one device per adapter
+
+    in natural order. Columns split on any white space (TAB included); a shell prompt line is
+    skipped. Raises ParseError naming the line for anything else (a GUID cut short, a row
+    without GUID, ``Failed to get IB devices list`` - the verbs library itself failed).
+    """
+    devices = []
+    for lineno, line in enumerate(split_lines(text, "ibv_devices"), 1):
+        s = " ".join(line.split())
+        if not s or _IBV_DEVICES_HEADER_RE.match(s) or _IBV_DEVICES_RULE_RE.match(s) or _is_prompt(s):
+            continue
+        if s.startswith("Failed to get IB devices list"):
+            raise ParseError(f"ibv_devices line {lineno}: {s!r}: libibverbs could not list devices "
+                             f"(is the rdma-core library installed and /sys/class/infiniband_verbs "
+                             f"present?)")
+        m = _IBV_DEVICES_ROW_RE.match(s)
+        if not m:
+            raise ParseError(f"ibv_devices line {lineno}: expected '<device> <16 hex digit node "
+                             f"GUID>', got {shorten(line)!r}")
+        guid = m.group(2).lower()
+        devices.append({"hca": m.group(1), "node_guid": guid,
+                        "node_guid_zero": guid == "0" * 16,
+                        "bond": bool(re.match(r"^mlx\d+_bond_\d+$", m.group(1)))})
+    devices.sort(key=lambda d: natural_key(d["hca"]))
+    return devices
+
+
+_LSPCI_NIC_RE = re.compile(
+    r"^(?P<slot>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
+    r"(?P<cls>Ethernet controller|Infiniband controller|InfiniBand controller|Network controller)"
+    r"(?:\s*\[[0-9a-fA-F]{4}\])?:\s*(?P<name>.+)$"
+)
+
+
+def parse_lspci_rdma_functions(text):
+    """Mellanox/NVIDIA network functions in ``lspci`` output (plain, ``-D`` or ``-nn``).
+
+    Lines of other classes or vendors and shell prompts are skipped (``lspci | grep Ether``
+    pastes keep the prompt). Returns ``[{"slot": "0000:17:00.1", "adapter": "0000:17:00",
+    "function": 1, "class": "Ethernet controller", "name": "MT27800 Family [ConnectX-5]"}]``.
+    """
+    out = []
+    for _lineno, line in enumerate(split_lines(text, "lspci"), 1):
+        s = " ".join(line.split())
+        m = _LSPCI_NIC_RE.match(s)
+        if not m:
+            continue
+        name = m.group("name")
+        if not re.match(r"^(?:Mellanox Technologies|NVIDIA Corporation)\b", name) and "[15b3:" not in name:
+            continue
+        slot = m.group("slot").lower()
+        if slot.count(":") == 1:
+            slot = "0000:" + slot
+        name = re.sub(r"^(?:Mellanox Technologies|NVIDIA Corporation)\s+", "", name)
+        out.append({"slot": slot, "adapter": slot.rsplit(".", 1)[0], "function": int(slot[-1]),
+                    "class": m.group("cls"), "name": name})
+    return out
+
+
+def rdma_device_coverage(devices, functions):
+    """Do the verbs devices cover the PCI functions? ``{"verdict", "expected", "found",
+    "bond_devices", "problems"}``.
+
+    ``devices``: :func:`parse_ibv_devices` (or ``parse_ibv_devinfo``) entries; ``functions``:
+    :func:`parse_lspci_rdma_functions`. A ``mlx5_bond_<n>`` device is one RDMA device for all
+    functions of one adapter (RoCE LAG: the ports are bonded), so two ConnectX functions with
+    one bond device are complete (fixture N18). Verdicts: ``ROCE_LAG_ACTIVE`` (complete, with a
+    bond), ``OK`` (one device per function), ``DEVICES_MISSING`` (fewer devices than the
+    functions need; verbs providers or mlx5_ib missing?), ``NO_RDMA_HARDWARE`` (neither).
+    """
+    names = [d["hca"] for d in devices]
+    bonds = [n for n in names if re.match(r"^mlx\d+_bond_\d+$", n)]
+    adapters = {}
+    for f in functions:
+        adapters.setdefault(f["adapter"], []).append(f["slot"])
+    multi = sorted(a for a, slots in adapters.items() if len(slots) > 1)
+    # Each bond takes a whole multi-function adapter; the other devices one function each.
+    need = len(functions)
+    covered_by_bonds = sum(len(adapters[a]) for a in multi[:len(bonds)])
+    expected = need - covered_by_bonds + min(len(bonds), len(multi))
+    problems = []
+    if not functions and not names:
+        verdict = "NO_RDMA_HARDWARE"
+    elif len(names) >= expected:
+        verdict = "ROCE_LAG_ACTIVE" if bonds else "OK"
+    else:
+        verdict = "DEVICES_MISSING"
+        problems.append(f"{len(functions)} RDMA PCI function(s) ({', '.join(f['slot'] for f in functions)}) "
+                        f"but {len(names)} verbs device(s){' (' + ', '.join(names) + ')' if names else ''}: "
+                        f"expected {expected}; check the verbs providers (ibverbs-providers / "
+                        f"rdma-core) and that mlx5_ib is loaded")
+    return {"verdict": verdict, "expected": expected, "found": len(names), "bond_devices": bonds,
+            "problems": problems}
+
+
+_NO_PROVIDER_DIR_RE = re.compile(r"libibverbs: Warning: couldn't open config directory '([^']+)'")
+_NO_DRIVER_RE = re.compile(r"libibverbs: Warning: no userspace device-specific driver found for (\S+)")
+
+
+def classify_no_devices(text, sysfs_hcas=None):
+    """Why verbs sees no device, from ``ibv_devinfo``/``ibv_devices`` output (None: it sees some).
+
+    Returns ``{"class", "evidence", "fix"}``:
+
+    - ``RDMA_VERBS_PROVIDERS_MISSING``: libibverbs warns ``couldn't open config directory
+      '/etc/libibverbs.d'`` (the provider package creates it) or ``no userspace
+      device-specific driver found for /sys/class/infiniband_verbs/uverbs0`` (rdma-core
+      ``libibverbs/init.c``; fixture N20). Fix: install ``ibverbs-providers`` (Debian/Ubuntu)
+      or ``rdma-core``/``libibverbs`` (RHEL family), in the container image too.
+    - ``RDMA_KERNEL_DEVICES_MISSING``: no warning and ``sysfs_hcas`` (the names under
+      ``/sys/class/infiniband``) is an empty list: the kernel has no RDMA device (modprobe
+      mlx5_ib, or no hardware).
+    - ``RDMA_NO_DEVICES``: no devices, cause not visible in the text.
+    """
+    lines = split_lines(text, "ibv_devinfo")
+    if not any(re.search(r"\bNo IB devices found\b", ln) for ln in lines):
+        return None
+    for ln in lines:
+        m = _NO_PROVIDER_DIR_RE.search(ln) or _NO_DRIVER_RE.search(ln)
+        if m:
+            return {"class": "RDMA_VERBS_PROVIDERS_MISSING", "evidence": ln.strip(),
+                    "fix": "install the libibverbs provider libraries: ibverbs-providers on "
+                           "Debian/Ubuntu, rdma-core/libibverbs on RHEL-family (inside the container "
+                           "image too), then re-run ibv_devinfo"}
+    if sysfs_hcas is not None and not list(sysfs_hcas):
+        return {"class": "RDMA_KERNEL_DEVICES_MISSING", "evidence": "/sys/class/infiniband is empty",
+                "fix": "load the RDMA kernel driver (modprobe mlx5_ib) or check that the HCA is present"}
+    return {"class": "RDMA_NO_DEVICES", "evidence": "No IB devices found",
+            "fix": "compare /sys/class/infiniband and lspci with what verbs sees"}
+
+
+# --------------------------------------------------------------------------------------------
+# rdma link show (iproute2)
+# --------------------------------------------------------------------------------------------
+
+PHYS_STATES = ("NOP", "SLEEP", "POLLING", "DISABLED", "ARMED", "LINK_UP", "LINK_ERROR_RECOVER",
+               "PHY_TEST", "UNKNOWN", "OPA_OFFLINE", "OPA_TEST")
+_LINK_START_RE = re.compile(r"^(?:link\s+(?P<n1>[^\s/]+)/(?P<p1>\d+)|(?P<idx>\d+)/(?P<pi>\d+):\s+"
+                            r"(?P<n2>[^\s/]+)/(?P<p2>\d+):)(?:\s+|$)")
+_LINK_INT_KEYS = ("lid", "sm_lid", "lmc", "netdev_index")
+_LINK_KEYS = ("subnet_prefix", "lid", "sm_lid", "lmc", "state", "physical_state", "netdev",
+              "netdev_index")
+
+
+def _link_record(name, port, rest, lineno):
+    rec = {"hca": name, "port": int(port), "state": None, "active": False, "phys_state": None,
+           "netdev": None, "netdev_index": None, "subnet_prefix": None, "lid": None,
+           "sm_lid": None, "lmc": None, "caps": None, "lineno": lineno}
+    m = re.search(r"\bcaps\s+<([^>]*)>", rest)
+    if m:
+        rec["caps"] = [c.strip() for c in m.group(1).split(",") if c.strip()]
+        rest = rest[:m.start()] + rest[m.end():]
+    elif re.search(r"\bcaps\s+<", rest):
+        raise ParseError(f"rdma link line {lineno}: caps list '<...' not closed (output cut?)")
+    tokens = rest.split()
+    if len(tokens) % 2:
+        raise ParseError(f"rdma link line {lineno}: {name}/{port}: expected 'key value' pairs, "
+                         f"'{tokens[-1]}' has no value (output cut?)")
+    for i in range(0, len(tokens), 2):
+        key, value = tokens[i], tokens[i + 1]
+        if key not in _LINK_KEYS:
+            rec.setdefault("other", {})[key] = value
+            continue
+        if key in _LINK_INT_KEYS:
+            if not value.isdigit():
+                raise ParseError(f"rdma link line {lineno}: {key} should be a number, got {value!r}")
+            value = int(value)
+        rec["phys_state" if key == "physical_state" else key] = value
+    if rec["state"] is None:
+        raise ParseError(f"rdma link line {lineno}: {name}/{port} has no 'state' (output cut?)")
+    if rec["state"] not in PORT_STATES.values() and rec["state"] != "UNKNOWN":
+        raise ParseError(f"rdma link line {lineno}: state {rec['state']!r} is not a port state "
+                         f"({', '.join(PORT_STATES.values())})")
+    if rec["phys_state"] is not None and rec["phys_state"] not in PHYS_STATES:
+        raise ParseError(f"rdma link line {lineno}: physical_state {rec['phys_state']!r} is not one "
+                         f"of {', '.join(PHYS_STATES)}")
+    rec["active"] = rec["state"] == ACTIVE
+    return rec
+
+
+def parse_rdma_link(text):
+    """Ports of iproute2 ``rdma link [show]`` (``rdma/link.c``), text or ``-j`` JSON.
+
+    Text grammar, one port per line: iproute2 4.16-5.x ``<devidx>/<port>: <dev>/<port>: `` and
+    later ``link <dev>/<port> ``, then ``key value`` pairs in this order, each only when the
+    kernel reports it: ``subnet_prefix``, ``lid``, ``sm_lid``, ``lmc`` (InfiniBand), ``state``
+    (NOP, DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER), ``physical_state`` (``LINK_UP``,
+    ``DISABLED``, ``POLLING``, ...), ``netdev`` (with ``-d``: ``netdev_index``, ``caps <A,
+    B>``). A line that does not start a port continues the previous one (a wrapped paste);
+    prompt lines are skipped. JSON: a list of objects with ``ifname`` (``dev/port``), ``port``,
+    ``state``, ``physical_state``, ``netdev``.
+
+    Returns ``[{"hca", "port", "state", "active", "phys_state", "netdev", "netdev_index",
+    "subnet_prefix", "lid", "sm_lid", "lmc", "caps"}]`` in natural order. Raises ParseError
+    naming the line for a port without ``state`` (cut), an unknown state, a dangling key or
+    text before the first port.
+    """
+    lines = split_lines(text, "rdma link")
+    body = "\n".join(lines).strip()
+    if body.startswith("["):
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise ParseError(f"rdma -j link: not complete JSON ({exc})") from None
+        out = []
+        for n, item in enumerate(data, 1):
+            if not isinstance(item, dict) or "ifname" not in item or "state" not in item:
+                raise ParseError(f"rdma -j link: entry {n} lacks ifname/state")
+            name, _, port = str(item["ifname"]).partition("/")
+            pairs = " ".join(f"{k} {item[k]}" for k in ("subnet_prefix", "lid", "sm_lid", "lmc", "state",
+                                                        "physical_state", "netdev", "netdev_index")
+                             if k in item)
+            rec = _link_record(name, item.get("port", port or 1), pairs, n)
+            rec.pop("lineno")
+            out.append(rec)
+        return sorted(out, key=lambda r: (natural_key(r["hca"]), r["port"]))
+    pending = []
+    for lineno, line in enumerate(lines, 1):
+        s = " ".join(line.split())
+        if not s or _is_prompt(s):
+            continue
+        m = _LINK_START_RE.match(s)
+        if m:
+            name = m.group("n1") or m.group("n2")
+            port = m.group("p1") or m.group("p2")
+            pending.append([name, port, s[m.end():], lineno])
+        elif pending:
+            pending[-1][2] += " " + s
+        else:
+            raise ParseError(f"rdma link line {lineno}: expected 'link <dev>/<port> ...' or "
+                             f"'<n>/<port>: <dev>/<port>: ...', got {shorten(line)!r}")
+    out = []
+    for name, port, rest, lineno in pending:
+        rec = _link_record(name, port, rest, lineno)
+        rec.pop("lineno")
+        out.append(rec)
+    return sorted(out, key=lambda r: (natural_key(r["hca"]), r["port"]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -643,7 +1001,7 @@ def parse_sysfs_infiniband(files):
             if "gids" not in entry:
                 continue
             gid = gid_entry(index, entry["gids"], entry.get("gid_attrs/types") or None,
-                            entry.get("gid_attrs/ndevs") or None)
+                            entry.get("gid_attrs/ndevs") or None, hca, number)
             if ipaddress.IPv6Address(gid["gid"]) == _ZERO_GID:
                 continue
             table.append(gid)

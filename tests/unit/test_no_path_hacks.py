@@ -101,8 +101,8 @@ def test_the_scan_sees_shipped_files():
     "from ansible.module_utils.gpucluster.gpu import parse\n",
     "import ansible.module_utils.gpucluster\n",
     "import importlib\nimportlib.import_module('ansible.module_utils.gpucluster.gpu')\n",
-    "import gpucluster_core\n",
-    "from nccl_env import render\n",
+    "import gpudirect\n",
+    "from nccl import render_nccl_env\n",
 ])
 def test_each_kind_of_hack_is_found(source):
     assert problems(source), source

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_benchmark as gb
+from ansible_collections.gpucluster.cluster.plugins.filter import benchmark as gb
 
 SCRIPT = Path(__file__).resolve().parents[3] / "playbooks" / "files" / "cpu_dp_bench.py"
 

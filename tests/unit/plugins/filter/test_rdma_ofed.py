@@ -1,9 +1,9 @@
-"""plugins/filter/rdma_ofed.py: does an unpacked MLNX_OFED tarball fit the node?"""
+"""plugins/filter/rdma.py, MLNX_OFED: does an unpacked MLNX_OFED tarball fit the node?"""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpucluster.cluster.plugins.filter import rdma_ofed as ofed
+from ansible_collections.gpucluster.cluster.plugins.filter import rdma as ofed
 
 KERNEL = "5.15.0-91-generic"
 PREBUILT = [
@@ -53,15 +53,15 @@ def test_something_else_is_not_an_ofed_tarball():
 
 
 def test_kernels_named_by_prebuilt_modules():
-    assert ofed.kernels_of(PREBUILT) == [KERNEL]
-    assert ofed.kernels_of(DKMS) == []
+    assert ofed.ofed_kernels_of(PREBUILT) == [KERNEL]
+    assert ofed.ofed_kernels_of(DKMS) == []
 
 
 def test_releases():
     assert ofed.ofed_release("23.10-1.1.9.0\n") == "23.10-1.1.9.0"
     with pytest.raises(ValueError, match="not an MLNX_OFED_LINUX tarball"):
         ofed.ofed_release("\n")
-    assert ofed.installed_release("MLNX_OFED_LINUX-23.10-1.1.9.0:\n") == "23.10-1.1.9.0"
-    assert ofed.installed_release("") is None
-    assert ofed.node_distro("Debian", "12.5") == "debian12.5"
-    assert ofed.node_distro("Ubuntu", "22.04") == "ubuntu22.04"
+    assert ofed.ofed_installed_release("MLNX_OFED_LINUX-23.10-1.1.9.0:\n") == "23.10-1.1.9.0"
+    assert ofed.ofed_installed_release("") is None
+    assert ofed.ofed_node_distro("Debian", "12.5") == "debian12.5"
+    assert ofed.ofed_node_distro("Ubuntu", "22.04") == "ubuntu22.04"

@@ -12,7 +12,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import
     nccl_transport_summary,
     parse_ulimit_a,
 )
-from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_env import parse_ifconfig
+from ansible_collections.gpucluster.cluster.plugins.module_utils.multi_nic import parse_ifconfig
 
 from tests.conftest import fixture_text
 

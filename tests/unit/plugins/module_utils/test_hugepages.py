@@ -14,11 +14,13 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.hugepages impor
     kernel_cmdline_args,
     kernel_page_sizes,
     kubelet_resource_name,
+    node_hugepages_reading,
     parse_cmdline_hugepages,
     parse_hugetlbfs_mounts,
     parse_kubelet_capacity,
     parse_meminfo,
     parse_node_pages,
+    parse_node_resources,
     parse_quantity,
     parse_size,
     plan,
@@ -343,3 +345,54 @@ def test_plan_type_is_frozen():
     assert isinstance(p, HugepagesPlan)
     with pytest.raises(AttributeError):
         p.default_size = 2 * MiB
+
+
+# ---- N12: Allocatable is static, not reduced by pods' use ---------------------------------------
+
+N12 = "hugepages/N12_hugepages_allocatable_static_not_reduced_by_usage"
+
+
+def test_n12_meminfo_excerpt_reading():
+    info = parse_meminfo(fixture_text(N12 + ".1-proc-meminfo-excerpt.txt"))
+    assert (info["total"], info["free"]) == (512, 481)
+    assert info["page_size"] is None  # Hugepagesize was elided: not assumed
+
+
+def test_n12_describe_node_reading_units_per_value():
+    node = parse_node_resources(fixture_text(N12 + ".2-kubectl-describe-node-excerpt.txt"))
+    for section in ("capacity", "allocatable"):
+        assert node[section]["hugepages-1Gi"] == 0
+        assert node[section]["hugepages-2Mi"] == GiB
+        assert node[section]["cpu"] == 2000 and node[section]["pods"] == 110
+    assert node["capacity"]["memory"] == 2937344 * KiB
+    assert node["allocatable"]["memory"] == 1786368 * KiB
+    assert node["capacity"]["ephemeral-storage"] == 39269648 * KiB
+    assert node["allocatable"]["ephemeral-storage"] == 36190907537  # plain bytes
+
+
+def test_n12_no_fault_allocatable_is_static_and_free_is_from_meminfo():
+    r = node_hugepages_reading(fixture_text(N12 + ".1-proc-meminfo-excerpt.txt"),
+                               fixture_text(N12 + ".2-kubectl-describe-node-excerpt.txt"))
+    assert (r["total"], r["free"], r["in_use"]) == (512, 481, 31)
+    assert (r["page_size"], r["page_size_source"]) == (2 * MiB, "kubelet capacity")
+    assert r["free_bytes"] == 481 * 2 * MiB  # 962 MiB, not the reporter's "481Mi"
+    # Capacity - Allocatable memory = the 1 GiB of hugepages + a 100 MiB reserve.
+    assert r["memory_reserved_bytes"] == 102400 * KiB
+    assert len(r["findings"]) == 1 and "is static" in r["findings"][0] and "962 MiB" in r["findings"][0]
+
+
+def test_n12_without_a_matching_resource_the_size_stays_unknown():
+    r = node_hugepages_reading("HugePages_Total: 512\nHugePages_Free: 481\n",
+                               "Capacity:\n hugepages-2Mi: 0\nAllocatable:\n hugepages-2Mi: 0\n")
+    assert r["page_size"] is None and r["free_bytes"] is None
+    assert "size unknown" in r["findings"][0]
+
+
+def test_describe_node_lost_indentation_and_cut_line():
+    flat = "Capacity:\ncpu: 2\nhugepages-2Mi: 1Gi\nmemory: 2937344Ki\nAllocatable:\nhugepages-2Mi: 1Gi\nSystem Info:\n"
+    node = parse_node_resources(flat)
+    assert node["capacity"]["hugepages-2Mi"] == GiB and node["allocatable"] == {"hugepages-2Mi": GiB}
+    with pytest.raises(HugepagesError, match="line 3: hugepages-2Mi has no value"):
+        parse_node_resources("Capacity:\n cpu: 2\n hugepages-2Mi:\n")
+    with pytest.raises(HugepagesError, match="line 2: .*memory '29373x' is not a Kubernetes quantity"):
+        parse_node_resources("Capacity:\n memory: 29373x\n")

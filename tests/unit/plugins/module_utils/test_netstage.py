@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, netstage
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_topology import parse_topo_matrix
-from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_env import policy_routes, render_nccl_env
+from ansible_collections.gpucluster.cluster.plugins.module_utils.multi_nic import policy_routes
+from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl import render_nccl_env
 from ansible_collections.gpucluster.cluster.plugins.module_utils.netstage import NetStageError
 from ansible_collections.gpucluster.cluster.plugins.module_utils.rdma import parse_ibdev2netdev
 

@@ -9,17 +9,24 @@ from __future__ import annotations
 import re
 
 import pytest
+from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl import select_hcas
 from ansible_collections.gpucluster.cluster.plugins.module_utils.rdma import (
     ParseError,
+    check_gid_index,
     classify_hcas,
+    classify_no_devices,
     gid_entry,
     parse_gid_table,
     parse_ibdev2netdev,
     parse_ibstatus,
+    parse_ibv_devices,
     parse_ibv_devinfo,
+    parse_lspci_rdma_functions,
     parse_rate,
+    parse_rdma_link,
     parse_sysfs_infiniband,
     pick_roce_gid_index,
+    rdma_device_coverage,
     rdma_inventory,
     rdma_problems,
 )
@@ -31,7 +38,7 @@ C06 = "rdma/C06_ibstatus_roce_8x100g_ethernet_link_layer.txt"
 C07 = "rdma/C07_ibv_devinfo_vf_in_pod_port_init.txt"
 C32 = "nccl-network/C32_roce_gid_index_link_local_v2_fails_ipv4_v2_works.1-ibv-devinfo-v-gid-table.txt"
 
-COVERED = {"C05", "C06", "C07"}
+COVERED = {"C05", "C06", "C07", "N18", "N20"}
 
 # A representative `ibv_devinfo -v` of a RoCE ConnectX-6 Dx (no full -v capture is among the
 # fixtures; C32 has only its GID table): flag lists and notes on lines of their own, nested
@@ -436,3 +443,206 @@ def test_rdma_inventory_empty_node():
     facts = rdma_inventory()
     assert facts == {"hcas": [], "netdevs": [], "infiniband_hcas": [], "roce_hcas": [],
                      "active_hcas": [], "nccl_ib_gid_index": None, "problems": []}
+
+
+# ---- C32 and show_gids: the one GID table reader -------------------------------------------------------------
+
+
+def c32_gids_read():
+    return parse_gid_table(fixture_text(C32))
+
+
+def test_c32_gid_table_reading():
+    gids = {g["index"]: (g["type"], g["ipv4"], g["link_local"]) for g in c32_gids_read()}
+    assert gids == {
+        0: ("RoCE v1", None, True),
+        1: ("RoCE v2", None, True),
+        2: ("RoCE v1", "192.0.2.6", False),
+        3: ("RoCE v2", "192.0.2.6", False),
+    }
+
+
+def test_show_gids_format():
+    text = (
+        "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
+        "---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n"
+        "mlx5_0\t1\t2\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.6  \tv1\tens1f0\n"
+        "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.6  \tv2\tens1f0\n"
+    )
+    gids = parse_gid_table(text)
+    assert [(g["device"], g["port"], g["index"], g["type"], g["netdev"]) for g in gids] == [
+        ("mlx5_0", 1, 2, "RoCE v1", "ens1f0"),
+        ("mlx5_0", 1, 3, "RoCE v2", "ens1f0"),
+    ]
+    with pytest.raises(ParseError, match="no 'GID"):
+        parse_gid_table("nothing here")
+
+
+
+
+def test_show_gids_ipv4_column_must_match_the_gid():
+    text = ("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
+            "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.7  \tv2\tens1f0\n")
+    with pytest.raises(ParseError, match="line 2: IPv4 column 192.0.2.7 does not match"):
+        parse_gid_table(text)
+
+
+def test_show_gids_cut_row_is_refused_naming_the_line():
+    text = ("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
+            "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c000:0206\t192.0.2.6  \tv2\tens1f0\n"
+            "mlx5_0\t1\t4\t0000:0000:0000:0000:0000:ff\n")
+    with pytest.raises(ParseError, match="show_gids line 3"):
+        parse_gid_table(text)
+
+
+def test_devinfo_gids_carry_device_and_port():
+    text = "hca_id:\tmlx5_bond_0\n\tport:\t1\n" + fixture_text(C32)
+    gids = parse_gid_table(text)
+    assert {(g["device"], g["port"]) for g in gids} == {("mlx5_bond_0", 1)}
+    assert pick_roce_gid_index(gids, "192.0.2.6/24") == 3
+
+
+@pytest.mark.parametrize("index, problem", [
+    (3, None),
+    ("3", None),
+    (-1, None),                       # NCCL >= 2.21: automatic
+    (1, "link-local"),                # C32: the failing choice
+    (2, "is RoCE v1, not RoCE v2"),
+    (7, "no such GID in the table"),
+    ("x", "is not a number"),
+])
+def test_configured_gid_index_is_checked_against_the_table(index, problem):
+    found = check_gid_index(index, parse_gid_table(fixture_text(C32)))
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0]
+        if problem != "is not a number":
+            assert "index 3" in found[0]
+
+
+def test_configured_gid_index_must_carry_the_data_address():
+    found = check_gid_index(3, parse_gid_table(fixture_text(C32)), "198.18.0.9")
+    assert found and "not the data address 198.18.0.9" in found[0]
+
+
+# ---- N18: ibv_devices, one bond device for two ConnectX-5 functions (RoCE LAG) --------------------
+
+N18 = "rdma/N18_ibv_devices_single_mlx5_bond_0_for_two_cx5_ports"
+N20 = "rdma/N20_ibv_devinfo_no_ib_devices_found_missing_verbs_providers.txt"
+
+
+def test_n18_ibv_devices_reading():
+    devices = parse_ibv_devices(fixture_text(N18 + ".1-ibv-devices.txt"))
+    assert devices == [{"hca": "mlx5_bond_0", "node_guid": "e8ebd30300000001", "node_guid_zero": False,
+                        "bond": True}]
+
+
+def test_n18_lspci_functions_and_lag_verdict():
+    functions = parse_lspci_rdma_functions(fixture_text(N18 + ".2-lspci-grep-ether.txt"))
+    assert [(f["slot"], f["name"]) for f in functions] == [
+        ("0000:17:00.0", "MT27800 Family [ConnectX-5]"), ("0000:17:00.1", "MT27800 Family [ConnectX-5]")]
+    devices = parse_ibv_devices(fixture_text(N18 + ".1-ibv-devices.txt"))
+    cover = rdma_device_coverage(devices, functions)
+    assert cover["verdict"] == "ROCE_LAG_ACTIVE" and cover["problems"] == [] and cover["found"] == 1
+    # The rdmatop bug: a reader that drops mlx5_bond_* sees 0 devices; that must be flagged.
+    missing = rdma_device_coverage([], functions)
+    assert missing["verdict"] == "DEVICES_MISSING" and "0 verbs device(s)" in missing["problems"][0]
+
+
+def test_n18_nccl_ib_hca_is_the_bond_port_1():
+    devices = parse_ibv_devices(fixture_text(N18 + ".1-ibv-devices.txt"))
+    ports = [{"device": d["hca"], "port": 1, "state": "ACTIVE", "link_layer": "Ethernet"} for d in devices]
+    chosen, _ = select_hcas(ports)
+    assert [f"{p['device']}:{p['port']}" for p in chosen] == ["mlx5_bond_0:1"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("    device          \t   node GUID\n    ------          \t----------------\n    mlx5_0 \te8ebd303000\n",
+     "line 3: expected '<device> <16 hex digit node GUID>'"),
+    ("    mlx5_0\n", "line 1"),
+    ("Failed to get IB devices list: Function not implemented\n", "libibverbs could not list devices"),
+])
+def test_ibv_devices_refuses_cut_or_failed_output(text, message):
+    with pytest.raises(ParseError, match=message):
+        parse_ibv_devices(text)
+
+
+def test_ibv_devices_header_only_means_no_devices():
+    assert parse_ibv_devices("    device          \t   node GUID\n    ------          \t----------------\n") == []
+
+
+# ---- N20: "No IB devices found" because the verbs providers are missing ---------------------------
+
+
+def test_n20_no_devices_and_providers_missing():
+    text = fixture_text(N20)
+    assert parse_ibv_devinfo(text) == []
+    found = classify_no_devices(text)
+    assert found["class"] == "RDMA_VERBS_PROVIDERS_MISSING"
+    assert "/etc/libibverbs.d" in found["evidence"] and "ibverbs-providers" in found["fix"]
+
+
+def test_no_devices_other_causes():
+    assert classify_no_devices("No IB devices found\n", sysfs_hcas=[])["class"] == "RDMA_KERNEL_DEVICES_MISSING"
+    assert classify_no_devices("No IB devices found\n")["class"] == "RDMA_NO_DEVICES"
+    warn = ("libibverbs: Warning: no userspace device-specific driver found for "
+            "/sys/class/infiniband_verbs/uverbs0\nNo IB devices found\n")
+    assert classify_no_devices(warn)["class"] == "RDMA_VERBS_PROVIDERS_MISSING"
+    assert classify_no_devices(fixture_text(C07)) is None
+
+
+# ---- rdma link show (iproute2) -------------------------------------------------------------------
+
+RDMA_LINK_NEW = (
+    "link mlx5_0/1 state ACTIVE physical_state LINK_UP netdev ens1f0 \n"
+    "link mlx5_1/1 subnet_prefix fe80:0000:0000:0000 lid 13 sm_lid 1 lmc 0 state DOWN "
+    "physical_state DISABLED \n"
+    "link mlx5_10/1 state ACTIVE physical_state LINK_UP netdev ens10f0 \n"
+)
+RDMA_LINK_OLD = (
+    "0/1: mlx5_0/1: state ACTIVE physical_state LINK_UP netdev ens1f0 \n"
+    "1/1: mlx5_1/1: subnet_prefix fe80:0000:0000:0000 lid 13 sm_lid 1 lmc 0 state DOWN physical_state DISABLED \n"
+    "2/1: mlx5_10/1: state ACTIVE physical_state LINK_UP netdev ens10f0 \n"
+)
+
+
+def _link_summary(ports):
+    return [(p["hca"], p["port"], p["state"], p["active"], p["phys_state"], p["netdev"], p["lid"]) for p in ports]
+
+
+def test_rdma_link_both_grammars_read_the_same():
+    expected = [
+        ("mlx5_0", 1, "ACTIVE", True, "LINK_UP", "ens1f0", None),
+        ("mlx5_1", 1, "DOWN", False, "DISABLED", None, 13),
+        ("mlx5_10", 1, "ACTIVE", True, "LINK_UP", "ens10f0", None),
+    ]
+    assert _link_summary(parse_rdma_link(RDMA_LINK_NEW)) == expected
+    assert _link_summary(parse_rdma_link(RDMA_LINK_OLD)) == expected
+
+
+def test_rdma_link_json_and_details():
+    js = ('[{"ifindex":0,"port":1,"ifname":"mlx5_0/1","state":"ACTIVE","physical_state":"LINK_UP",'
+          '"netdev":"ens1f0","netdev_index":4}]')
+    (port,) = parse_rdma_link(js)
+    assert (port["hca"], port["netdev"], port["netdev_index"], port["active"]) == ("mlx5_0", "ens1f0", 4, True)
+    detail = "link mlx5_0/1 state ACTIVE physical_state LINK_UP netdev ens1f0 netdev_index 4 caps <CM, IP_BASED_GID>\n"
+    assert parse_rdma_link(detail)[0]["caps"] == ["CM", "IP_BASED_GID"]
+
+
+def test_rdma_link_wrapped_paste_joins_the_continuation():
+    wrapped = ("link mlx5_1/1 subnet_prefix fe80:0000:0000:0000 lid 13 sm_lid 1\n"
+               "  lmc 0 state DOWN physical_state DISABLED\n")
+    assert _link_summary(parse_rdma_link(wrapped)) == [("mlx5_1", 1, "DOWN", False, "DISABLED", None, 13)]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("link mlx5_0/1 state ACTIVE physical_state LINK_UP netdev\n", "line 1: .*'netdev' has no value"),
+    ("link mlx5_0/1 subnet_prefix fe80:0000:0000:0000 lid 13\n", "line 1: mlx5_0/1 has no 'state'"),
+    ("link mlx5_0/1 state ACTIV physical_state LINK_UP\n", "state 'ACTIV' is not a port state"),
+    ("state ACTIVE physical_state LINK_UP\n", "line 1: expected 'link <dev>/<port>"),
+    ('[{"ifname": "mlx5_0/1", "state": "ACT', "not complete JSON"),
+])
+def test_rdma_link_refuses_cut_output(text, message):
+    with pytest.raises(ParseError, match=message):
+        parse_rdma_link(text)

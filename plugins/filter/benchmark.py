@@ -1,11 +1,12 @@
 """Filters for ``playbooks/benchmark.yml``: the scaling plan, the mpirun of each step, the
 parsing of each run, the NCCL bus-bandwidth check.
 
-The logic they call is ``src/gpucluster``: :mod:`gpucluster.launch` renders the mpirun argv
-from a job spec (the same renderer ``gpucluster launch --mpirun`` uses), :mod:`gpucluster.bench`
-parses Horovod's "Total img/sec on N GPU(s)" / tf_cnn_benchmarks' "total images/sec" /
-nccl-tests tables and checks bus bandwidth, :mod:`gpucluster.report` (run by the playbook
-through ``gpucluster report``) turns the results into the scaling report.
+The logic they call is ``plugins/module_utils``: ``launch.py`` renders the mpirun argv from a
+job spec (the one renderer, also of ``gpucluster launch --mpirun``), ``bench.py`` parses
+Horovod's "Total img/sec on N GPU(s)" / tf_cnn_benchmarks' "total images/sec" / nccl-tests
+tables and checks bus bandwidth, ``gpucluster report`` (run by the playbook) turns the results
+into the scaling report; ``allreduce.py`` reads the validation allreduce benchmark
+(gpucluster_allreduce_*).
 
 Examples::
 
@@ -24,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.module_utils import bench, launch
+from ansible_collections.gpucluster.cluster.plugins.module_utils import allreduce, bench, launch
 
 CPU_UNIT = "samples/sec"
 _PROFILE_PREFIXES = ("LIGHT_", "HOROVOD_")
@@ -269,9 +270,25 @@ def benchmark_nccl_check(text: str, line_rate_gbit: Any, fraction: Any = 0.8) ->
             "ranks": len(result.ranks)}
 
 
+def allreduce_report(stdout):
+    """Parse the allreduce benchmark's JSON line (the last line that is a JSON object) into the report."""
+    lines = [ln for ln in str(stdout).splitlines() if ln.strip().startswith("{")]
+    if not lines:
+        raise ValueError("the allreduce benchmark printed no JSON result; see its output above")
+    return allreduce.report(json.loads(lines[-1]))
+
+
+def allreduce_table(stdout):
+    """The allreduce benchmark's JSON result as table lines."""
+    lines = [ln for ln in str(stdout).splitlines() if ln.strip().startswith("{")]
+    return allreduce.table(json.loads(lines[-1])).splitlines()
+
+
 class FilterModule:
     def filters(self):
         return {
+            "gpucluster_allreduce_report": allreduce_report,
+            "gpucluster_allreduce_table": allreduce_table,
             "gpucluster_benchmark_plan": benchmark_plan,
             "gpucluster_benchmark_job": benchmark_job,
             "gpucluster_benchmark_argv": benchmark_argv,

@@ -1,5 +1,6 @@
-from ansible_collections.gpucluster.cluster.plugins.filter.gpucluster_core import inventory_errors, provided_args
-from ansible_collections.gpucluster.cluster.plugins.filter.gpucluster_report import cidr, explain
+from ansible_collections.gpucluster.cluster.plugins.filter.diagnose import explain
+from ansible_collections.gpucluster.cluster.plugins.filter.inventory import inventory_errors, provided_args
+from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import cidr
 
 
 def test_provided_args_are_only_what_the_user_set():

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_benchmark as gb
+from ansible_collections.gpucluster.cluster.plugins.filter import benchmark as gb
 from ansible_collections.gpucluster.cluster.plugins.module_utils import launch
 
 from gpucluster import report
@@ -204,4 +204,9 @@ def test_nccl_check_on_real_outputs():
 
 def test_filter_names():
     names = gb.FilterModule().filters()
-    assert all(n.startswith("gpucluster_benchmark_") for n in names)
+    assert all(n.startswith(("gpucluster_benchmark_", "gpucluster_allreduce_")) for n in names)
+
+
+def test_allreduce_filters_read_the_last_json_line():
+    with pytest.raises(ValueError, match="no JSON result"):
+        gb.allreduce_report("no json here\n")

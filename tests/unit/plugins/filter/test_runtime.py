@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_runtime as rt
+from ansible_collections.gpucluster.cluster.plugins.filter import runtime as rt
 from ansible_collections.gpucluster.cluster.plugins.module_utils import runtime
 
 ROOT = Path(__file__).resolve().parents[4]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_k8s as k8s
+from ansible_collections.gpucluster.cluster.plugins.filter import k8s
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_topology import parse_topo_matrix
 
 from tests.conftest import fixture_text

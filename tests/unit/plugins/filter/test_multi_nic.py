@@ -1,26 +1,15 @@
-"""The gpucluster_netstage filter plugin: names, error mapping, use from a template."""
+"""plugins/filter/multi_nic.py: secondary-NIC plan, probes, GPU-NIC map, ENI, error mapping."""
 
 from __future__ import annotations
 
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_netstage
 
-from tests.conftest import fixture_text
+from tests.unit.plugins.filter.filters import all_filters
 
-FILTERS = gpucluster_netstage.FilterModule().filters()
-C20 = "hugepages/C20_hugepages_runtime_alloc_kubelet_reports_zero.1-node-facts.txt"
-
-
-def test_filter_names():
-    assert set(FILTERS) == {
-        "net_interfaces_sorted", "multi_nic_resolve", "multi_nic_plan", "multi_nic_probes", "multi_nic_numa_nodes",
-        "multi_nic_gpu_map", "cloud_eni_multi_nic",
-        "nccl_rdma_ports", "nccl_container_env", "nccl_parse_conf", "hugepages_cmdline_active", "hugepages_grub_args",
-        "hugepages_parse_mounts", "hugepages_node_status",
-    }
-
+FILTERS = all_filters()
+GiB = 1024**3
 
 FACTS = {
     "interfaces": ["eth0", "eth1"],
@@ -49,18 +38,7 @@ def test_template_chain_resolve_map_probes():
     assert out == "eth1 9000 10.0.79.254 eth1,eth1"
 
 
-def test_hugepages_filters_on_c20():
-    text = fixture_text(C20)
-    mounts = FILTERS["hugepages_parse_mounts"](text)
-    assert [m["mountpoint"] for m in mounts] == ["/dev/hugepages"]
-    plan = {"pools": [{"page_size": 2 * 1024**2, "count": 4096}], "default_size": 2 * 1024**2, "mem_total": 0}
-    status = FILTERS["hugepages_node_status"](plan, text, "ro", runtime={"requested": True, "applied": True})
-    assert status["state"] == "ok"
-    assert FILTERS["hugepages_cmdline_active"](plan, "default_hugepagesz=2M hugepagesz=2M hugepages=4096")
-
-
-def test_nccl_parse_conf_and_eni_filter():
-    assert FILTERS["nccl_parse_conf"]("# x\nNCCL_DEBUG=INFO\n") == {"NCCL_DEBUG": "INFO"}
+def test_cloud_eni_filter():
     out = FILTERS["cloud_eni_multi_nic"]([{"mac": "52:54:00:00:00:02", "private_ip": "10.0.64.13"}], "10.0.64.0/20")
     assert out == [{"mac": "52:54:00:00:00:02", "address": "10.0.64.13/20", "gateway": "10.0.64.1"}]
     with pytest.raises(AnsibleFilterError, match="cloud_eni_subnet_cidr"):

@@ -1,0 +1,76 @@
+"""Jinja filters of the multi-NIC component: interface facts, data-NIC choice, several NICs in one
+subnet (ARP sysctls, policy routes), the multi_nic role's secondary-NIC plan and GPU-NIC map.
+
+Thin wrappers over ``module_utils/multi_nic.py`` and ``module_utils/netstage.py``. Errors
+(NetworkError, NetStageError, ParseError: all ValueError) become AnsibleFilterError with the
+same message.
+
+Examples::
+
+    {{ ansible_facts | gpucluster.cluster.net_interfaces }}
+    {{ ['ens1', 'ens2'] | gpucluster.cluster.net_arp_sysctls }}
+    {{ multi_nic_interfaces | gpucluster.cluster.multi_nic_plan(ansible_facts, mtu, 100) }}
+    {{ ansible_default_ipv4 | gpucluster.cluster.gpucluster_cidr }}      -> '172.18.0.0/16'
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ansible_collections.gpucluster.cluster.plugins.module_utils import multi_nic, netstage
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
+
+
+def net_interfaces(facts):
+    """``ansible_facts | net_interfaces`` -> normalized interface list."""
+    return multi_nic.interfaces_from_ansible_facts(facts)
+
+
+def net_arp_sysctls(interfaces, arp_ignore=1, arp_announce=2, rp_filter=2):
+    """``['ens1', 'ens2'] | net_arp_sysctls`` -> {sysctl name: value}."""
+    return multi_nic.arp_sysctls(interfaces, arp_ignore, arp_announce, rp_filter)
+
+
+def multi_nic_resolve(specs, facts, mtu=0):
+    """``multi_nic_interfaces | multi_nic_resolve(ansible_facts, mtu)`` -> resolved NICs."""
+    return netstage.resolve_secondary_nics(specs, facts, int(mtu or 0))
+
+
+def multi_nic_plan(specs, facts, mtu=0, table_base=100):
+    """``multi_nic_interfaces | multi_nic_plan(ansible_facts, mtu, 100)`` -> NICs with tables and probes."""
+    return netstage.secondary_nic_plan(specs, facts, int(mtu or 0), int(table_base))
+
+
+def multi_nic_gpu_map(nics, gpu_facts=None, rdma_facts=None, numa_nodes=None, gpu_count=0):
+    """``nics | multi_nic_gpu_map(gpucluster_gpu, gpucluster_rdma, numa, count)`` -> GPU-NIC map."""
+    if isinstance(numa_nodes, str):
+        numa_nodes = netstage.parse_numa_nodes(numa_nodes)
+    return netstage.gpu_netdev_map(nics, gpu_facts, rdma_facts, numa_nodes, int(gpu_count or 0))
+
+
+def cidr(ipv4_fact):
+    """Network of an Ansible ``default_ipv4``-style fact as CIDR, e.g. '172.18.0.0/16'."""
+    return str(ipaddress.ip_network(f"{ipv4_fact['address']}/{ipv4_fact['netmask']}", strict=False))
+
+
+class FilterModule:
+    """Multi-NIC filters."""
+
+    def filters(self):
+        table = {
+            "net_interfaces": net_interfaces,
+            "net_interfaces_sorted": netstage.sorted_interfaces,
+            "net_parse_ifconfig": multi_nic.parse_ifconfig,
+            "net_same_subnet_groups": multi_nic.same_subnet_groups,
+            "net_arp_sysctls": net_arp_sysctls,
+            "net_policy_routes": multi_nic.policy_routes,
+            "multi_nic_resolve": multi_nic_resolve,
+            "multi_nic_plan": multi_nic_plan,
+            "multi_nic_probes": netstage.probe_destinations,
+            "multi_nic_numa_nodes": netstage.parse_numa_nodes,
+            "multi_nic_gpu_map": multi_nic_gpu_map,
+            "cloud_eni_multi_nic": netstage.eni_interfaces,
+        }
+        out = {name: value_errors(func, named=True) for name, func in table.items()}
+        out["gpucluster_cidr"] = cidr
+        return out
