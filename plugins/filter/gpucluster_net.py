@@ -70,6 +70,11 @@ def nccl_check_socket_ifname(value, interfaces=None):
     return nccl_env.check_socket_ifname(value, _interfaces(interfaces) if interfaces is not None else None)
 
 
+def nccl_conf_merge(existing, env):
+    """``existing_text | nccl_conf_merge(env)`` -> {text, overridden, user_lines} (see merge_nccl_conf)."""
+    return nccl_env.merge_nccl_conf(existing, env)
+
+
 def nccl_lint_conf(text, interfaces=None):
     """``nccl_conf_text | nccl_lint_conf`` -> list of findings."""
     return nccl_env.lint_nccl_conf(text, _interfaces(interfaces) if interfaces is not None else None)
@@ -126,6 +131,7 @@ class FilterModule:
             "net_policy_routes": nccl_env.policy_routes,
             "nccl_env": nccl_env_filter,
             "nccl_conf": nccl_env.render_nccl_conf,
+            "nccl_conf_merge": nccl_conf_merge,
             "nccl_mca_env": nccl_env.mca_env,
             "nccl_mpirun_args": nccl_env.mpirun_args,
             "nccl_check_socket_ifname": nccl_check_socket_ifname,
