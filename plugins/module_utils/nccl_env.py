@@ -486,7 +486,8 @@ def parse_nccl_conf(text: str) -> dict:
     return out
 
 
-NCCL_CONF_BEGIN = "# BEGIN gpucluster nccl_env managed block (first, so NCCL takes these values; edits inside are overwritten)"
+NCCL_CONF_BEGIN = ("# BEGIN gpucluster nccl_env managed block (first, so NCCL takes these values; "
+                   "edits inside are overwritten)")
 NCCL_CONF_END = "# END gpucluster nccl_env managed block"
 NCCL_CONF_OVERRIDDEN = "# gpucluster: overridden by the managed block above, kept for reference: "
 _LEGACY_HEADER = "# Managed by Ansible (gpucluster)"
