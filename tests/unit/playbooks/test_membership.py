@@ -118,3 +118,9 @@ def test_an_exclusion_list_given_as_a_string_is_refused_not_matched(tmp_path):
     assert rc != 0, out
     assert "gpucluster_excluded_nodes: 'node-11' is not a list of node names" in out
     assert _world(out) == {}
+
+
+def test_an_exclusion_given_as_a_number_is_refused_with_the_fix(tmp_path):
+    rc, out = _run(tmp_path, {"node-1": LOCAL, "node-2": LOCAL}, extra={"gpucluster_excluded_nodes": 3})
+    assert rc != 0, out
+    assert "gpucluster_excluded_nodes: 3 is not a list of node names. Fix: give a list" in out
