@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory
+from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory, membership
 
 
 def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):
@@ -30,9 +30,30 @@ def provided_args(values):
     return {k: v for k, v in values.items() if v != UNSET}
 
 
+def membership_errors(probe, host, group, members, excluded, play_hosts_all, play_hosts, play_batch):
+    """Membership refusals for ``host`` (``module_utils/membership.py``); ``probe``: the lost nodes' ping."""
+    return membership.membership_errors(host, group, members, excluded, play_hosts_all, play_hosts, play_batch,
+                                        membership.probe_unreachable(probe))
+
+
+def setting_suspects(names, root, ignore=()):
+    """Names among a host's variables (``names``) that look like a gpucluster setting but are none."""
+    _options, known, prefixes = inventory.load_known_settings(str(root))
+    return inventory.setting_suspects(names, known, prefixes, ignore)
+
+
+def setting_typos(values, host, root):
+    """Refusals of the suspects (``values``: name -> value), each with the closest real setting."""
+    options, _known, prefixes = inventory.load_known_settings(str(root))
+    return inventory.format_problems(host, inventory.check_setting_typos(values, options, prefixes))
+
+
 class FilterModule:
     def filters(self):
         return {
             "gpucluster_inventory_errors": inventory_errors,
             "gpucluster_provided_args": provided_args,
+            "gpucluster_membership_errors": membership_errors,
+            "gpucluster_setting_suspects": setting_suspects,
+            "gpucluster_setting_typos": setting_typos,
         }

@@ -7,8 +7,11 @@ value never leaves a half-converged cluster.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import re
 from collections import namedtuple
+from pathlib import Path
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -120,3 +123,91 @@ def check_gpus(gpu_count, require_gpu):
 def format_problems(host, problems):
     """One message per problem: '<host>: <variable>: <what>. Fix: <fix>.'"""
     return [f"{host}: {p.variable}: {p.message}. Fix: {p.fix}." for p in problems]
+
+
+# --- Variables that look like gpucluster settings but are none --------------------------
+# A misspelt setting (hugepage_count, traning_image_ref, docker_daemon_option) is otherwise
+# accepted silently: the role runs on its default and nothing says why.
+
+#: Names Ansible itself puts among a host's variables (magic variables, facts as vars).
+ANSIBLE_PREFIXES = ("ansible_", "inventory_", "__", "discovered_interpreter_", "molecule_")
+ANSIBLE_NAMES = frozenset({
+    "group_names", "groups", "hostvars", "omit", "playbook_dir", "play_hosts", "role_name", "role_names",
+    "role_path", "role_uuid", "environment", "vars", "gather_subset", "module_setup",
+})
+#: Similarity (difflib ratio) above which an unknown name counts as a misspelling of a real one,
+#: even without a known prefix: hugepage_count / hugepages_count is 0.97, container_ssh_prot /
+#: container_ssh_port 0.94; unrelated names of other software stay well below.
+CLOSE = 0.9
+_NAME = re.compile(r"(?<![A-Za-z0-9_])[a-z][a-z0-9_]*")
+_COMMENT = re.compile(r"\{#.*?#\}|(?:^|(?<=\s))#[^\n]*", re.S | re.M)
+
+
+def known_settings(spec_options, texts=()):
+    """Every name gpucluster reads or writes: the roles' argument-spec options (``spec_options``:
+    names) plus every identifier in ``texts`` (the roles' tasks, vars, templates and the
+    playbooks: cluster-wide settings like gpucluster_allow_reboot, the facts stages publish)."""
+    known = set(spec_options)
+    for text in texts:
+        # Comments name examples and misspellings; only code counts.
+        known.update(_NAME.findall(_COMMENT.sub("", text)))
+    return known
+
+
+def setting_suspects(names, known, prefixes, ignore=()):
+    """Names among ``names`` (a host's variables) that look like a gpucluster setting but are none:
+    a known prefix (``<role>_``, ``gpucluster_``) or within CLOSE of a known option. Sorted."""
+    out = []
+    for name in names:
+        if (not isinstance(name, str) or name in known or name in ignore or name in ANSIBLE_NAMES
+                or name.startswith(ANSIBLE_PREFIXES)):
+            continue
+        if name.startswith(tuple(f"{p}_" for p in prefixes)) or _closest(name, known, CLOSE):
+            out.append(name)
+    return sorted(out)
+
+
+def _closest(name, known, cutoff):
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def check_setting_typos(values, options, prefixes):
+    """A Problem per suspect (``values``: name -> value), naming the closest real option of
+    ``options`` (the argument-spec options: the settings a user may set)."""
+    out = []
+    for name in sorted(values):
+        closest = _closest(name, options, 0.6)
+        value = values[name]
+        shown = value if isinstance(value, (int, float, bool)) else repr(value)
+        if closest:
+            out.append(Problem(
+                name, f"is not a gpucluster setting (value {shown}); did you mean {closest}",
+                f"rename it to {closest} (or remove it; a variable of your own by this name goes in "
+                "preflight_ignore_variables)"))
+        else:
+            out.append(Problem(
+                name, f"is not a gpucluster setting (value {shown}), yet it carries the prefix of one "
+                f"({', '.join(p for p in prefixes if name.startswith(p + '_'))}_)",
+                "remove it, or look up the setting in the role's README; a variable of your own by this name "
+                "goes in preflight_ignore_variables"))
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def load_known_settings(root):
+    """``(options, known, prefixes)`` of the checkout or installed collection at ``root``: the
+    argument-spec options of every role, every name the roles and playbooks use
+    (known_settings), and the prefixes of settings (the role names and ``gpucluster``)."""
+    import yaml
+
+    root = Path(root)
+    options = set()
+    for spec in sorted(root.glob("roles/*/meta/argument_specs.yml")):
+        for entry in (yaml.safe_load(spec.read_text()) or {}).get("argument_specs", {}).values():
+            options.update((entry or {}).get("options") or {})
+    texts = [p.read_text() for pattern in ("roles/*/tasks/*.yml", "roles/*/handlers/*.yml", "roles/*/vars/*.yml",
+                                           "roles/*/defaults/*.yml", "roles/*/templates/*.j2", "playbooks/**/*.yml")
+             for p in sorted(root.glob(pattern))]
+    prefixes = sorted({p.parent.name for p in root.glob("roles/*/tasks")} | {"gpucluster"})
+    return tuple(sorted(options)), frozenset(known_settings(options, texts)), tuple(prefixes)

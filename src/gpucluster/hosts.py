@@ -9,12 +9,18 @@ user added are kept, a backup of the old file is kept beside it. A login user ot
 root gets ``ansible_become: true`` (every stage changes the system). An inventory directory
 without ``group_vars/`` gets a copy of ``inventory/sample/group_vars`` (every stage's
 settings at their defaults; the wheel carries it as package data), with ``training_image_ref``
-set from ``--image`` when given.
+set from ``--image`` when given. ``<inventory-dir>/known_hosts`` is merged too: every host
+already there keeps its key, a new host's key is added, and a host whose key changed is refused
+(no silent re-trust).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import getpass
+import hashlib
+import hmac
 import importlib.resources
 import re
 import shlex
@@ -127,6 +133,48 @@ def ensure_trust(hosts: list[str], user: str, key: Path, ask_password=getpass.ge
 def gather(conn: Connection, address: str) -> HostFacts:
     out = {k: conn.run(cmd, hide=True, warn=True, in_stream=False).stdout for k, cmd in PROBES.items()}
     return parse_facts(address, out)
+
+
+def _known_host_matches(pattern: str, host: str) -> bool:
+    """Whether one known_hosts host pattern names ``host`` (plain, ``[host]:port``, or hashed ``|1|salt|hash``)."""
+    if pattern.startswith("|1|"):
+        try:
+            salt, digest = (base64.b64decode(p) for p in pattern[3:].split("|", 1))
+        except (ValueError, binascii.Error):
+            return False
+        return hmac.compare_digest(hmac.new(salt, host.encode(), hashlib.sha1).digest(), digest)
+    return pattern == host
+
+
+def merge_known_hosts(existing: str, seen: list[tuple[str, str, str]], path: str = "known_hosts") -> str:
+    """known_hosts text with every host of ``existing`` kept and the ``seen`` keys added.
+
+    ``seen``: ``(host, key type, base64 key)`` from this contact. A host whose key of that type is
+    already listed with the same key adds nothing; with another key it is refused (a reinstalled
+    node, or a machine in the middle): strict host-key checking must not be undone silently.
+    Lines that are comments, markers (``@cert-authority``, ``@revoked``) or not parseable are kept
+    as they are.
+    """
+    lines = existing.splitlines()
+    entries = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 3 and not line.lstrip().startswith(("#", "@")):
+            entries.append((fields[0].split(","), fields[1], fields[2]))
+    added = []
+    for host, ktype, key in seen:
+        known = [k for patterns, t, k in entries if t == ktype and any(_known_host_matches(p, host) for p in patterns)]
+        if key in known:
+            continue
+        if known:
+            raise RuntimeError(
+                f"{host}: its {ktype} host key is not the one {path} holds for it (the node was reinstalled, or "
+                f"something in the middle answers for it); nothing was written. Fix: check the node's key "
+                f"(ssh-keygen -lf /etc/ssh/ssh_host_{ktype.removeprefix('ssh-')}_key.pub on its console), then "
+                f"ssh-keygen -R {host} -f {path} and rerun")
+        added.append(f"{host} {ktype} {key}")
+        entries.append(([host], ktype, key))
+    return "\n".join(lines + added) + "\n" if lines or added else ""
 
 
 def render_inventory(facts: list[HostFacts], user: str, key: Path, existing: dict | None = None) -> dict:
@@ -243,12 +291,15 @@ def init(hosts: list[str], user: str, key: Path | None, inventory_dir: Path, ask
     inventory_dir.mkdir(parents=True, exist_ok=True)
     # Host keys seen on first contact (trust on first use, as ssh's accept-new), so that
     # Ansible then connects with StrictHostKeyChecking=yes.
-    known = []
+    # Merged into what is there, so the hosts of earlier runs keep their keys.
+    seen = []
     for h, c in conns.items():
         k = c.client.get_transport().get_remote_server_key()
-        known.append(f"{h} {k.get_name()} {k.get_base64()}")
+        seen.append((h, k.get_name(), k.get_base64()))
         c.close()
-    (inventory_dir / "known_hosts").write_text("\n".join(known) + "\n")
+    known_path = inventory_dir / "known_hosts"
+    known = merge_known_hosts(known_path.read_text() if known_path.exists() else "", seen, str(known_path))
+    known_path.write_text(known)
     path = inventory_dir / "hosts.yml"
     existing = None
     if path.exists():

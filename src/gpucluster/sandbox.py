@@ -88,6 +88,13 @@ class SandboxConfig:
         return {LABEL: self.name}
 
 
+# The cluster key pair the training stage makes for the sandbox's inventory: the container_ssh
+# role's default container_ssh_cluster_key, "{{ inventory_dir }}/.cluster-key/id_ed25519"
+# (a unit test keeps the two equal). `down` removes it with the inventory: a root login key
+# for containers that no longer exist must not stay behind.
+CLUSTER_KEY = ".cluster-key/id_ed25519"
+
+
 class Sandbox:
     def __init__(self, cfg: SandboxConfig, client: docker.DockerClient | None = None, log=print):
         self.cfg = cfg
@@ -366,12 +373,14 @@ class Sandbox:
             n.remove()
             removed.append(f"network {n.name}")
         inv = self.cfg.inventory_dir
+        key = inv / CLUSTER_KEY
         for f in (inv / "hosts.yml", inv / "group_vars/all/sandbox.yml", inv / ".ssh/known_hosts",
-                  inv / ".ssh/id_ed25519", inv / ".ssh/id_ed25519.pub", inv / ".registry-password"):
+                  inv / ".ssh/id_ed25519", inv / ".ssh/id_ed25519.pub", inv / ".registry-password",
+                  key, key.with_name(key.name + ".pub")):
             if f.exists():
                 f.unlink()
                 removed.append(f"file {f}")
-        for d in (inv / "group_vars/all", inv / "group_vars", inv / ".ssh", inv):
+        for d in (inv / "group_vars/all", inv / "group_vars", inv / ".ssh", key.parent, inv):
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
         if purge_images:

@@ -218,3 +218,18 @@ def test_preflight_accepts_the_sample_and_refuses_a_bad_value(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode != 0, out
     assert "runtime_profile_light_topk_fp16 must be one of: 0, 1, got: 2" in out
+
+
+@pytest.mark.parametrize(("typo", "fix"), [
+    ("hugepage_count", "did you mean hugepages_count"),
+    ("traning_image_ref", "did you mean training_image_ref"),
+    ("docker_daemon_option", "did you mean docker_daemon_options"),
+])
+def test_preflight_refuses_a_misspelt_setting_with_the_real_one(tmp_path, typo, fix):
+    playbook = tmp_path / "preflight_validation.yml"
+    playbook.write_text(PREFLIGHT_VALIDATION)
+    r = _run(tmp_path, "ansible-playbook", "-i", str(SAMPLE / "hosts.yml"), str(playbook), "-e", json.dumps({typo: 4}))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert f"{typo}: is not a gpucluster setting (value 4); {fix}" in out
+    assert re.search(rf"\b[\w.-]+: {typo}: ", out), "the message names the host"

@@ -175,3 +175,85 @@ def test_without_a_sample_the_todo_says_where_to_get_it(tmp_path, monkeypatch):
     todo = hosts.seed_group_vars(tmp_path)
     assert todo and "copy inventory/sample/group_vars" in todo[0]
     assert not (tmp_path / "group_vars").exists()
+
+
+KEY_A = "AAAAC3NzaC1lZDI1NTE5AAAAIAaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+KEY_B = "AAAAC3NzaC1lZDI1NTE5AAAAIBbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+KEY_C = "AAAAC3NzaC1lZDI1NTE5AAAAICcccccccccccccccccccccccccccccccccccccccccc"
+
+
+def test_known_hosts_keeps_every_existing_host_when_one_is_added():
+    before = f"10.0.0.1 ssh-ed25519 {KEY_A}\n10.0.0.2 ssh-ed25519 {KEY_B}\n"
+    after = hosts.merge_known_hosts(before, [("10.0.0.3", "ssh-ed25519", KEY_C)])
+    assert after == before + f"10.0.0.3 ssh-ed25519 {KEY_C}\n"
+
+
+def test_known_hosts_rerun_with_the_same_hosts_changes_nothing():
+    before = f"# mine\n10.0.0.1 ssh-ed25519 {KEY_A}\n10.0.0.2,node-2 ssh-ed25519 {KEY_B}\n"
+    seen = [("10.0.0.1", "ssh-ed25519", KEY_A), ("10.0.0.2", "ssh-ed25519", KEY_B)]
+    assert hosts.merge_known_hosts(before, seen) == before
+
+
+def test_known_hosts_recognises_hashed_entries():
+    import base64
+    import hashlib
+    import hmac
+
+    salt = b"0123456789abcdefghij"
+    digest = hmac.new(salt, b"10.0.0.1", hashlib.sha1).digest()
+    hashed = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()} ssh-ed25519 {KEY_A}\n"
+    assert hosts.merge_known_hosts(hashed, [("10.0.0.1", "ssh-ed25519", KEY_A)]) == hashed
+    with pytest.raises(RuntimeError, match="10.0.0.1: its ssh-ed25519 host key is not the one"):
+        hosts.merge_known_hosts(hashed, [("10.0.0.1", "ssh-ed25519", KEY_B)])
+
+
+def test_a_changed_host_key_is_refused_naming_host_and_fix():
+    before = f"10.0.0.1 ssh-ed25519 {KEY_A}\n"
+    with pytest.raises(RuntimeError) as err:
+        hosts.merge_known_hosts(before, [("10.0.0.1", "ssh-ed25519", KEY_B)], "inv/known_hosts")
+    assert "nothing was written" in str(err.value)
+    assert "ssh-keygen -R 10.0.0.1 -f inv/known_hosts" in str(err.value)
+
+
+def test_init_merges_known_hosts_with_the_earlier_hosts(tmp_path, monkeypatch):
+    """Two runs of init, the second adding a host: the first host's key is still there."""
+    keys = {"10.0.0.1": KEY_A, "10.0.0.2": KEY_B}
+
+    class _Key:
+        def __init__(self, b64):
+            self.b64 = b64
+
+        def get_name(self):
+            return "ssh-ed25519"
+
+        def get_base64(self):
+            return self.b64
+
+    class _Conn:
+        def __init__(self, host):
+            self.host = host
+            self.client = self
+
+        def get_transport(self):
+            return self
+
+        def get_remote_server_key(self):
+            return _Key(keys[self.host])
+
+        def close(self):
+            pass
+
+    def fake_gather(conn, address):
+        return hosts.HostFacts(address, "node-" + address[-1], "Debian 12", 8, 64000, 0, "eth0")
+
+    monkeypatch.setattr(hosts, "ensure_trust", lambda hs, *a, **k: {h: _Conn(h) for h in hs})
+    monkeypatch.setattr(hosts, "gather", fake_gather)
+    key = tmp_path / "id_ed25519"
+    key.write_text("k")
+    inv = tmp_path / "inv"
+    hosts.init(["10.0.0.1"], "root", key, inv, image="r/i:1")
+    hosts.init(["10.0.0.2"], "root", key, inv, image="r/i:1")
+    lines = (inv / "known_hosts").read_text().splitlines()
+    assert lines == [f"10.0.0.1 ssh-ed25519 {KEY_A}", f"10.0.0.2 ssh-ed25519 {KEY_B}"]
+    doc = yaml.safe_load((inv / "hosts.yml").read_text())
+    assert sorted(doc["all"]["children"]["gpu_nodes"]["hosts"]) == ["node-1", "node-2"]

@@ -1,5 +1,7 @@
 """Pure parts of the sandbox: capabilities from CapBnd, the Debian mirror, its inventory vars."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -54,3 +56,41 @@ def test_sandbox_vars_state_the_limits_honestly():
     assert v["training_image_ulimit_memlock"] == 8388608  # the machine's hard limit
     assert v["training_image_ref"] == "r:5000/a/b:1"
     assert v["docker_insecure_registries"] == ["r:5000"]
+
+
+class _NoDocker:
+    """A Docker client with nothing labelled (down() then only removes files)."""
+
+    class _List:
+        def list(self, **_kw):
+            return []
+
+    containers = volumes = networks = _List()
+
+
+def test_down_removes_the_cluster_key_the_training_stage_made(tmp_path):
+    inv = tmp_path / "sandbox"
+    (inv / ".cluster-key").mkdir(parents=True)
+    (inv / ".cluster-key" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (inv / ".cluster-key" / "id_ed25519.pub").write_text("ssh-ed25519 AAAA gpucluster-cluster-key\n")
+    (inv / "hosts.yml").write_text("all: {}\n")
+    removed = sandbox.Sandbox(sandbox.SandboxConfig(inventory_dir=inv), client=_NoDocker()).down()
+    assert f"file {inv / '.cluster-key' / 'id_ed25519'}" in removed
+    assert f"file {inv / '.cluster-key' / 'id_ed25519.pub'}" in removed
+    assert not inv.exists()
+
+
+def test_down_keeps_what_it_did_not_make_beside_the_key(tmp_path):
+    inv = tmp_path / "sandbox"
+    (inv / ".cluster-key").mkdir(parents=True)
+    (inv / ".cluster-key" / "id_ed25519").write_text("k\n")
+    (inv / ".cluster-key" / "notes.txt").write_text("mine\n")
+    sandbox.Sandbox(sandbox.SandboxConfig(inventory_dir=inv), client=_NoDocker()).down()
+    assert not (inv / ".cluster-key" / "id_ed25519").exists()
+    assert (inv / ".cluster-key" / "notes.txt").read_text() == "mine\n"
+
+
+def test_the_cluster_key_path_is_the_container_ssh_roles_default():
+    root = Path(__file__).resolve().parents[3]
+    defaults = yaml.safe_load((root / "roles/container_ssh/defaults/main.yml").read_text())
+    assert defaults["container_ssh_cluster_key"] == "{{ inventory_dir }}/" + sandbox.CLUSTER_KEY

@@ -78,3 +78,65 @@ def test_gpu_less_node_needs_an_explicit_opt_out():
     assert inventory.check_gpus(0, "false") == []
     assert inventory.check_gpus(0, "yes")[0].variable == "preflight_require_gpu"
     assert inventory.check_gpus(8, "maybe")[0].message == "'maybe' is not a boolean"
+
+
+# --- Misspelt settings ---------------------------------------------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[4]
+OPTIONS, KNOWN, PREFIXES = inventory.load_known_settings(str(ROOT))
+
+
+@pytest.mark.parametrize(("typo", "real"), [
+    ("hugepage_count", "hugepages_count"),          # stage name misspelt (no role prefix at all)
+    ("traning_image_ref", "training_image_ref"),    # a letter missing
+    ("docker_daemon_option", "docker_daemon_options"),  # role prefix, option misspelt
+    ("container_ssh_prot", "container_ssh_port"),
+    ("nccl_env_extras", "nccl_env_extra"),
+    ("nvidia_driver_versoin", "nvidia_driver_version"),
+])
+def test_a_misspelt_setting_is_refused_naming_the_real_one(typo, real):
+    assert inventory.setting_suspects([typo, real], KNOWN, PREFIXES) == [typo]
+    (p,) = inventory.check_setting_typos({typo: 4}, OPTIONS, PREFIXES)
+    (msg,) = inventory.format_problems("node-2", [p])
+    assert msg == (f"node-2: {typo}: is not a gpucluster setting (value 4); did you mean {real}. Fix: rename it to "
+                   f"{real} (or remove it; a variable of your own by this name goes in preflight_ignore_variables).")
+
+
+def test_a_prefixed_name_without_a_close_setting_is_refused_with_its_prefix():
+    assert inventory.setting_suspects(["gpucluster_frobnicate"], KNOWN, PREFIXES) == ["gpucluster_frobnicate"]
+    (p,) = inventory.check_setting_typos({"gpucluster_frobnicate": "yes"}, ["hugepages_count"], PREFIXES)
+    assert "carries the prefix of one (gpucluster_)" in p.message and "'yes'" in p.message
+
+
+def test_real_settings_ansible_names_and_unrelated_variables_pass():
+    names = ["hugepages_count", "training_image_ref", "gpucluster_allow_reboot", "gpucluster_slots_per_node",
+             "gpucluster_excluded_nodes", "gpucluster_reboot_timeout", "preflight_gpu_count", "preflight_nics",
+             "hugepages_reboot_required", "ansible_host", "ansible_facts", "inventory_hostname", "group_names",
+             "groups", "omit", "playbook_dir", "__hugepages_plan", "http_proxy", "ntp_servers", "my_team"]
+    assert inventory.setting_suspects(names, KNOWN, PREFIXES) == []
+
+
+def test_a_variable_of_ones_own_can_be_let_through():
+    assert inventory.setting_suspects(["docker_compose_projects"], KNOWN, PREFIXES) == ["docker_compose_projects"]
+    assert inventory.setting_suspects(["docker_compose_projects"], KNOWN, PREFIXES,
+                                      ignore=["docker_compose_projects"]) == []
+
+
+def test_a_name_only_a_comment_mentions_is_not_known():
+    known = inventory.known_settings(["hugepages_count"], ["# e.g. hugepage_count: 4\nx: \"{{ real_one }}\"\n",
+                                                           "{# traning_image_ref #}{{ other }}"])
+    assert "hugepage_count" not in known and "traning_image_ref" not in known
+    assert {"real_one", "other", "x"} <= known
+
+
+def test_the_sandbox_inventory_and_every_molecule_scenario_pass():
+    import yaml
+
+    from gpucluster import sandbox
+
+    text = sandbox.SANDBOX_VARS.format(registry_ref="r:5000/a/b:1", registry="r:5000", user="u")
+    names = list(yaml.safe_load(text))
+    assert "preflight_require_gpu" in names
+    for f in sorted(ROOT.glob("roles/*/molecule/*/converge.yml")):
+        for play in yaml.safe_load(f.read_text()):
+            names += [n for n in play.get("vars", {}) if not n.startswith("__")]
+    assert inventory.setting_suspects(names, KNOWN, PREFIXES) == []
