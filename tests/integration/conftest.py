@@ -101,10 +101,16 @@ def sandbox(request) -> Path:
     return INVENTORY
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Every integration test shares one sandbox and runs in file order (test_teardown.py last):
     under pytest-xdist (scripts/test.sh, ``--dist loadgroup``) they form one group on one worker,
-    beside the molecule scenarios on the other."""
+    beside the molecule scenarios on the other.
+
+    ``tryfirst``: xdist's own hook turns the ``xdist_group`` marks into the node-id suffix its
+    scheduler groups by, and this conftest is loaded before xdist's worker plugin registers, so
+    without it the marks come too late and the tests spread over both workers (teardown then
+    runs in the middle of the benchmark)."""
     here = Path(__file__).parent
     for item in items:
         path = Path(str(item.fspath))
