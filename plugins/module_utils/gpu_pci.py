@@ -69,6 +69,20 @@ _LSPCI_RE = re.compile(
 )
 
 
+def _lspci_records(text):
+    """Every device line of ``lspci -nn`` as a match of _LSPCI_RE; blank lines and ``pcilib:``
+    warnings skipped, any other line that does not fit raises ParseError (one grammar for
+    parse_lspci_nn and parse_lspci_nvswitches)."""
+    for lineno, line in enumerate(split_lines(text, "lspci -nn"), 1):
+        if not line.strip() or line.lstrip().startswith("pcilib:"):
+            continue
+        m = _LSPCI_RE.match(line.strip())
+        if not m:
+            raise ParseError(f"lspci -nn line {lineno}: expected '<slot> <class> [cccc]: <name> "
+                             f"[vvvv:dddd]' (run lspci with -nn), got {shorten(line)!r}")
+        yield m
+
+
 def parse_lspci_nn(text):
     """NVIDIA GPUs in ``lspci -nn`` (or ``lspci -Dnn``) output.
 
@@ -86,13 +100,7 @@ def parse_lspci_nn(text):
     ParseError (a truncated line loses its ``[vvvv:dddd]`` and is caught).
     """
     gpus = []
-    for lineno, line in enumerate(split_lines(text, "lspci -nn"), 1):
-        if not line.strip() or line.lstrip().startswith("pcilib:"):
-            continue
-        m = _LSPCI_RE.match(line.strip())
-        if not m:
-            raise ParseError(f"lspci -nn line {lineno}: expected '<slot> <class> [cccc]: <name> "
-                             f"[vvvv:dddd]' (run lspci with -nn), got {shorten(line)!r}")
+    for m in _lspci_records(text):
         vendor = m.group("vendor").lower()
         klass = m.group("class").lower()
         if vendor != NVIDIA_VENDOR_ID or klass not in GPU_PCI_CLASSES:
@@ -122,13 +130,7 @@ def parse_lspci_nvswitches(text):
     (see ``gpu_fabric.fabricmanager_state``).
     """
     out = []
-    for lineno, line in enumerate(split_lines(text, "lspci -nn"), 1):
-        if not line.strip() or line.lstrip().startswith("pcilib:"):
-            continue
-        m = _LSPCI_RE.match(line.strip())
-        if not m:
-            raise ParseError(f"lspci -nn line {lineno}: expected '<slot> <class> [cccc]: <name> "
-                             f"[vvvv:dddd]' (run lspci with -nn), got {shorten(line)!r}")
+    for m in _lspci_records(text):
         if (m.group("vendor").lower() != NVIDIA_VENDOR_ID
                 or m.group("class").lower() != NVSWITCH_PCI_CLASS):
             continue

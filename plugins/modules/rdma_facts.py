@@ -28,20 +28,10 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    platforms: linux
+  - gpucluster.cluster.node_facts
 notes:
   - Parsers live in C(module_utils/rdma.py); their docstrings give every rule and
     its source.
-author:
-  - gpucluster contributors
 """
 
 EXAMPLES = r"""
