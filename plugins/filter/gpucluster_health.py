@@ -38,5 +38,6 @@ class FilterModule:
             "nccl_transport_check": nccl_transport_check,
             "ompi_tcp_verbose": nccl_transport.parse_ompi_tcp_verbose,
             "mpi_interfaces_check": nccl_transport.check_mpi_interfaces,
+            "mpi_data_nics": nccl_transport.data_nics_by_host,
         }
         return {name: value_errors(func, named=True) for name, func in table.items()}

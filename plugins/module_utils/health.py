@@ -148,7 +148,9 @@ ACTION_FIX = {
 
 # INTERIM (lead: replace with gpu.parse_kernel_log of the gpu helper at merge).
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)(?:, (.*))?$")
-_OFF_BUS = re.compile(r"NVRM: GPU (?:at PCI:)?([0-9a-fA-F:.]+)?.*has fallen off the bus")
+_OFF_BUS = re.compile(
+    r"NVRM: GPU at (?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?.*has fallen off the bus"
+)
 _AER = re.compile(
     r"(\S+ [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?"
     r"(?:PCIe Bus Error: severity=|AER: )?(Corrected|Uncorrected \(Non-Fatal\)|"
@@ -566,22 +568,26 @@ def _iface(interface_facts, name):
 
 
 _PCI_ADDR = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+# The netdev's device may be a child of the PCI function (virtio-net: .../0000:00:03.0/virtio0).
+_PCI_IN_PATH = re.compile(r"(?<![0-9a-fA-F])([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])(?![0-9a-fA-F])")
 
 
 def nic_pci_devices(nic_paths, rdma_netdevs=()):
     """PCI functions of the NICs: the data NICs' ``/sys/class/net/<if>/device`` targets
-    (``<if> <resolved path>`` lines; a virtual interface has none) and the RDMA netdevs'
-    ``bus_id`` (rdma_facts). Returns ``([{"bus_id", "subject"}], [virtual names])``."""
+    (``<if> <resolved path>`` lines, ``readlink -f``; the last PCI address in the path, as a
+    virtio-net device sits below its PCI function; a virtual interface such as veth has no
+    device) and the RDMA netdevs' ``bus_id`` (rdma_facts). Returns ``([{"bus_id", "subject"}], [virtual names])``."""
     devices, virtual, seen = [], [], set()
     for line in str(nic_paths or "").splitlines():
         parts = line.split(None, 1)
         if not parts:
             continue
-        bus = parts[1].rstrip("/").rsplit("/", 1)[-1] if len(parts) > 1 else ""
-        if _PCI_ADDR.match(bus):
-            if bus.lower() not in seen:
-                seen.add(bus.lower())
-                devices.append({"bus_id": bus.lower(), "subject": parts[0]})
+        found = _PCI_IN_PATH.findall(parts[1]) if len(parts) > 1 else []
+        bus = found[-1].lower() if found else ""
+        if bus:
+            if bus not in seen:
+                seen.add(bus)
+                devices.append({"bus_id": bus, "subject": parts[0]})
         else:
             virtual.append(parts[0])
     for n in rdma_netdevs or []:
@@ -1055,7 +1061,7 @@ def ecc_rows(text):
                 "ecc_mode": mode if isinstance(mode, bool) else None,
                 "uncorrected": r.get("ecc.errors.uncorrected.volatile.total"),
                 "corrected": r.get("ecc.errors.corrected.volatile.total"),
-                "pending": r.get("retired_pages.pending") is True,
+                "pending": r.get("retired_pages.pending") in (True, "Yes"),
             }
         )
     return out

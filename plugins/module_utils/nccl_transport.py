@@ -262,3 +262,25 @@ def check_mpi_interfaces(parsed, network, interfaces=None):
         "btl_connected": sorted({c["address"] for c in parsed.get("btl_connected") or []}),
     }
     return {"ok": not problems, "problems": problems, "used": used}
+
+
+def data_nics_by_host(facts_by_host, network):
+    """``{host: ansible_facts}`` -> ``{name: [interfaces with an IPv4 address in network]}``,
+    keyed by inventory name and by the node's own host name (what Open MPI prints in its
+    ``[host:pid]`` prefix). Interfaces come from Ansible's ``interfaces`` list and each
+    interface fact's ``ipv4`` / ``ipv4_secondaries``."""
+    out = {}
+    for host, facts in (facts_by_host or {}).items():
+        facts = facts or {}
+        names = []
+        for name in facts.get("interfaces") or []:
+            fact = facts.get(name) or facts.get(re.sub(r"[-.:]", "_", name)) or {}
+            addrs = [fact.get("ipv4") or {}] + list(fact.get("ipv4_secondaries") or [])
+            if any(a.get("address") and _in(a["address"], network) for a in addrs):
+                names.append(name)
+        names.sort()
+        out[host] = names
+        for alias in (facts.get("hostname"), facts.get("nodename")):
+            if alias:
+                out.setdefault(alias, names)
+    return out
