@@ -16,18 +16,20 @@ Readers that live here because no other owner has them yet:
 
 - :func:`parse_lspci_vv`: ``lspci -D -vv`` ``LnkCap`` / ``LnkSta`` per PCI function
   (pciutils ``ls-caps.c``: ``Speed 16GT/s, Width x16`` with ``(ok)`` / ``(downgraded)``
-  marks since pciutils 3.6.3).
+  marks in newer pciutils; older ones print none).
 - :func:`parse_kernel_log`: INTERIM reader of ``NVRM: Xid`` and PCIe AER lines, marked for the
   lead to replace with the gpu helper's ``gpu.parse_kernel_log`` at merge. Xid meanings and
   the resolution buckets come from NVIDIA's "XID Errors" catalog (docs.nvidia.com/deploy/xid-errors).
+- :func:`ecc_rows`: INTERIM, ECC counters from ``nvidia-smi --query-gpu`` (read by
+  ``gpu.parse_query_gpu_csv``), to be replaced by the gpu helper's ``parse_smi_q``.
 
 The machine-type profile (``node_health_profile``) is a dict; every key is optional and a
 missing key means "not checked": ``gpu_count`` (int), ``gpu_model`` (substring of the
 nvidia-smi name, case-insensitive), ``nvlink`` (bool: GPU pairs linked by NVLink),
 ``nvswitch`` (bool), ``nic_count`` (int: RDMA HCA ports ACTIVE), ``nic_rate_gbps`` (int,
 per port), ``driver_branch`` (str, e.g. ``"535"``), ``fabric_manager`` (bool: the
-nvidia-fabricmanager service must be active), ``pcie_gen`` (int, GPUs' expected link
-generation; default: LnkCap of each device).
+nvidia-fabricmanager service must be active). PCIe links are held against each device's own
+LnkCap, not against the profile.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ H01 = "pcie/H01_lspci_vv_kvm_virtio_no_pcie_capability.txt"
 C14 = "nvidia-smi/C14_nvidia_smi_no_devices_found_rminitadapter.txt"
 C36_ULIMIT = "mpi-containers/C36_memlock_ulimit_64k_ibv_create_cq_enomem.1-ulimit-a.txt"
 
-# pciutils ls-caps.c grammar ("Speed %sGT/s%s, Width x%d%s" with " (ok)" / " (downgraded)"
-# since pciutils 3.6.3); written here, not captured: this machine has no PCIe device.
+# pciutils ls-caps.c grammar ("Speed %sGT/s%s, Width x%d%s", " (ok)" / " (downgraded)" in newer
+# pciutils, none in older); written here, not captured: this machine has no PCIe device.
 LSPCI_GPU_AND_NIC = """\
 0000:17:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)
 \tCapabilities: [60] Express (v2) Endpoint, MSI 00
