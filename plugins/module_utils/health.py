@@ -808,7 +808,7 @@ def check_container_running(name, info):
     if info.get("exists") and ((info.get("container") or {}).get("State") or {}).get("Running"):
         return [check("container", "ok", f"{name} running", subject=name)]
     if info.get("failed") or (info.get("msg") and not info.get("exists")):
-        why = f"Docker could not be asked about it ({str(info.get('msg')).strip()[:200]})"
+        why = f"Docker could not be asked about it ({str(info.get('msg')).strip().split('. ')[0][:200]})"
     elif info.get("exists"):
         why = f"it exists but is {((info.get('container') or {}).get('State') or {}).get('Status', 'not running')}"
     else:
