@@ -1,6 +1,6 @@
 """Node health: the verdict logic of the ``node_health`` role.
 
-Pure functions, stdlib only (the filter plugin ``gpucluster_health`` runs them on the
+Pure functions, stdlib only (the filter plugin ``plugins/filter/health.py`` runs them on the
 controller). Inputs are facts already parsed by their owners: ``gpucluster_gpu``
 (gpu_facts), ``gpucluster_rdma`` (rdma_facts), ``ulimit -a`` read by
 ``diagnose.parse_ulimit_a``, hugetlbfs mounts read by ``hugepages.parse_hugetlbfs_mounts``,
@@ -12,16 +12,17 @@ controller). Inputs are facts already parsed by their owners: ``gpucluster_gpu``
   "checks": [check], "counts": {status: n}}``: failed when one check failed, degraded when
   one is degraded, else healthy. Skipped checks never change the verdict; each says why.
 
-Readers that live here because no other owner has them yet:
+Readers: the kernel log's NVIDIA records are read by ``gpu_kernel.parse_kernel_log`` and
+``nvidia-smi -q`` by ``gpu_smi.parse_smi_q`` (the one reader of each); :func:`kernel_log`
+and :func:`ecc_rows` only reshape their readings for the checks. Two readers live here because
+no other module reads these lines:
 
 - :func:`parse_lspci_vv`: ``lspci -D -vv`` ``LnkCap`` / ``LnkSta`` per PCI function
   (pciutils ``ls-caps.c``: ``Speed 16GT/s, Width x16`` with ``(ok)`` / ``(downgraded)``
   marks in newer pciutils; older ones print none).
-- :func:`parse_kernel_log`: INTERIM reader of ``NVRM: Xid`` and PCIe AER lines, marked for the
-  lead to replace with the gpu helper's ``gpu.parse_kernel_log`` at merge. Xid meanings and
-  the resolution buckets come from NVIDIA's "XID Errors" catalog (docs.nvidia.com/deploy/xid-errors).
-- :func:`ecc_rows`: INTERIM, ECC counters from ``nvidia-smi --query-gpu`` (read by
-  ``gpu.parse_query_gpu_csv``), to be replaced by the gpu helper's ``parse_smi_q``.
+- :func:`parse_aer_events`: PCIe AER lines of the kernel log (``pcieport <bdf>: AER:
+  Corrected error received: <bdf>``, ``PCIe Bus Error: severity=Uncorrected (Fatal)``; Linux
+  ``drivers/pci/pcie/aer.c``); ``gpu_kernel`` reads ``NVRM:`` records only.
 
 The machine-type profile (``node_health_profile``) is a dict; every key is optional and a
 missing key means "not checked": ``gpu_count`` (int), ``gpu_model`` (substring of the
@@ -37,6 +38,8 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import parse_ulimit_a
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import parse_smi_q
 from ansible_collections.gpucluster.cluster.plugins.module_utils.hugepages import parse_hugetlbfs_mounts, parse_size
 
 STATUSES = ("ok", "degraded", "failed", "skipped")
@@ -119,40 +122,29 @@ def parse_lspci_vv(text):
     return out
 
 
-# Xid -> (meaning, action). Actions: "app" (the job's fault, not the node's), "reset" (reset the
-# GPU or reboot the node before the next job), "drain" (no new jobs; watch, investigate),
-# "replace" (hardware service). NVIDIA "XID Errors" catalog.
-XID_ACTIONS = {
-    13: ("Graphics Engine Exception", "app"),
-    31: ("GPU memory page fault", "app"),
-    43: ("GPU stopped processing (the application faulted)", "app"),
-    45: ("Preemptive cleanup, due to previous errors", "app"),
-    48: ("Double Bit ECC Error", "reset"),
-    61: ("Internal micro-controller breakpoint/warning", "reset"),
-    62: ("Internal micro-controller halt", "reset"),
-    63: ("ECC page retirement or row remapping recording event", "reset"),
-    64: ("ECC page retirement or row remapper recording failure", "replace"),
-    74: ("NVLink Error", "reset"),
-    79: ("GPU has fallen off the bus", "replace"),
-    92: ("High single-bit ECC error rate", "drain"),
-    94: ("Contained ECC error", "reset"),
-    95: ("Uncontained ECC error", "reset"),
-    119: ("GSP RPC timeout", "reset"),
-    120: ("GSP error", "reset"),
+# The status a kernel-log event gives the node, by its action. ``gpu_kernel.ACTIONS`` (and
+# "unknown" for an Xid outside its catalogue) for the NVIDIA records; "watch" / "replace" for
+# the PCIe AER lines read here.
+ACTION_STATUS = {
+    "none": "ok",
+    "restart_app": "ok",
+    "watch": "degraded",
+    "unknown": "degraded",
+    "reset": "failed",
+    "drain": "failed",
+    "replace": "failed",
 }
-ACTION_STATUS = {"app": "ok", "drain": "degraded", "reset": "failed", "replace": "failed"}
 ACTION_FIX = {
-    "app": "none on the node: the job's own fault (check the application)",
-    "drain": "drain the node (no new jobs) and watch the counter; replace the GPU if it keeps rising",
+    "none": "",
+    "restart_app": "none on the node: the job's own fault (restart the application)",
+    "watch": "watch the counter; drain the node and reseat the card if it keeps rising",
+    "unknown": "look the Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); "
+    "drain the node until it is known",
     "reset": "reset the GPU (nvidia-smi -r -i <gpu>) or reboot the node before the next job",
+    "drain": "drain the node (no new jobs), reboot it and check power, cooling and seating of the GPU",
     "replace": "take the node out of service and have the GPU/board serviced (RMA)",
 }
 
-# INTERIM (lead: replace with gpu.parse_kernel_log of the gpu helper at merge).
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)(?:, (.*))?$")
-_OFF_BUS = re.compile(
-    r"NVRM: GPU at (?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?.*has fallen off the bus"
-)
 _AER = re.compile(
     r"(\S+ [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): (?:AER: )?"
     r"(?:PCIe Bus Error: severity=|AER: )?(Corrected|Uncorrected \(Non-Fatal\)|"
@@ -161,63 +153,45 @@ _AER = re.compile(
 _AER_DEV = re.compile(r"error received: ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
 
-def parse_kernel_log(text):
-    """INTERIM reader: NVIDIA Xid and PCIe AER events in ``journalctl -k`` / ``dmesg`` text.
+def parse_aer_events(text):
+    """PCIe AER events in ``journalctl -k`` / ``dmesg`` text (see the module docstring).
 
-    Returns ``[{"kind": "xid"|"off_bus"|"aer", "bus_id": str|None, "xid": int|None,
-    "meaning": str, "action": "app"|"drain"|"reset"|"replace", "line": str}]``. Xid lines
-    (``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.``) are classified
-    by :data:`XID_ACTIONS` (an unknown Xid: drain); AER lines (``pcieport 0000:00:03.0: AER:
-    Corrected error received: 0000:3b:00.0``, ``PCIe Bus Error: severity=Uncorrected (Fatal)``)
-    as drain (corrected) or replace (uncorrected).
+    Returns ``[{"kind": "aer", "bus_id": "dddd:bb:dd.f", "severity": str, "meaning": str,
+    "action": "watch" (corrected) | "replace" (uncorrected), "line": int}]``; the bus id is the
+    device the error was received from when the line names it, else the reporting port.
     """
     events = []
-    for raw in str(text).splitlines():
-        line = raw.strip()
-        m = _XID.search(line)
-        if m:
-            code = int(m.group(2))
-            meaning, action = XID_ACTIONS.get(code, (f"Xid {code} (not in the catalog this reader knows)", "drain"))
-            events.append(
-                {
-                    "kind": "xid",
-                    "bus_id": m.group(1).lower(),
-                    "xid": code,
-                    "meaning": meaning,
-                    "action": action,
-                    "line": line,
-                }
-            )
+    for lineno, raw in enumerate(str(text).splitlines(), 1):
+        m = _AER.search(raw)
+        if not m:
             continue
-        m = _OFF_BUS.search(line)
-        if m:
-            events.append(
-                {
-                    "kind": "off_bus",
-                    "bus_id": (m.group(1) or "").lower() or None,
-                    "xid": None,
-                    "meaning": "GPU has fallen off the bus",
-                    "action": "replace",
-                    "line": line,
-                }
-            )
-            continue
-        m = _AER.search(line)
-        if m:
-            dev = _AER_DEV.search(line)
-            severity = m.group(2)
-            bus = (dev.group(1) if dev else m.group(1).split()[-1]).lower()
-            events.append(
-                {
-                    "kind": "aer",
-                    "bus_id": bus,
-                    "xid": None,
-                    "meaning": f"PCIe AER {severity} error",
-                    "action": "drain" if severity == "Corrected" else "replace",
-                    "line": line,
-                }
-            )
+        dev = _AER_DEV.search(raw)
+        severity = m.group(2)
+        events.append(
+            {
+                "kind": "aer",
+                "bus_id": (dev.group(1) if dev else m.group(1).split()[-1]).lower(),
+                "severity": severity,
+                "meaning": f"PCIe AER {severity} error",
+                "action": "watch" if severity == "Corrected" else "replace",
+                "line": lineno,
+            }
+        )
     return events
+
+
+def kernel_log(text):
+    """The kernel log as the kernel_log check reads it: ``{"events": [...], "error": str|None,
+    "complete": bool}``. ``events``: the NVIDIA events of ``gpu_kernel.parse_kernel_log``
+    (``kind`` xid / gpu_lost / init_failed / sxid / ..., ``code``, ``meaning``, ``action``)
+    followed by :func:`parse_aer_events`. A log gpu_kernel cannot read (a cut Xid record) gives
+    ``error`` with its message instead of failing the whole health run."""
+    text = str(text or "")
+    try:
+        nvidia = parse_kernel_log(text) if text.strip() else {"events": [], "complete": True}
+    except ValueError as exc:
+        return {"events": parse_aer_events(text), "error": str(exc), "complete": False}
+    return {"events": nvidia["events"] + parse_aer_events(text), "error": None, "complete": nvidia["complete"]}
 
 
 def _short_bus(bus_id):
@@ -383,22 +357,31 @@ def check_persistence(gpu_facts):
     return [check("persistence_mode", "ok", f"on for {len(gpus)} GPUs")]
 
 
-def check_ecc(gpu_facts, ecc_rows, corrected_limit=0):
-    """ECC from ``ecc_rows``: one dict per GPU with ``index``, ``ecc_mode`` (bool), the
-    volatile ``uncorrected``/``corrected`` totals and ``pending`` (page retirement or row
-    remapping pending). ``None`` values mean "not supported" (consumer GPUs)."""
+def check_ecc(gpu_facts, ecc, corrected_limit=0):
+    """ECC per GPU from :func:`ecc_rows` (``{"rows": [...], "error": str|None}``, or None when
+    ``nvidia-smi -q`` was not run). A row: ``bus_id``, ``ecc_mode`` (bool, None when not
+    supported), the volatile ``uncorrected`` / ``corrected`` totals, ``pending`` (page
+    retirement or row remapping pending) and ``remap_failure`` (no spare rows left)."""
     if not has_gpu(gpu_facts):
         return _skipped_gpu(["ecc"])
-    if not ecc_rows:
+    ecc = ecc or {}
+    if ecc.get("error"):
+        cause = f"nvidia-smi -q could not be read: {ecc['error']}"
+        return [check("ecc", "degraded", cause, "run nvidia-smi -q on the node by hand")]
+    if not ecc.get("rows"):
         return [check("ecc", "skipped", "ECC counters not read (driver not ready)")]
     out = []
-    for r in ecc_rows:
-        subject = f"GPU{r.get('index')}"
+    for r in ecc["rows"]:
+        subject = f"GPU {r.get('bus_id')}"
         if r.get("ecc_mode") is None:
             out.append(check("ecc", "skipped", "ECC not supported by this GPU", subject=subject))
         elif r.get("ecc_mode") is False:
             out.append(
                 check("ecc", "degraded", "ECC is disabled", "nvidia-smi -e 1 -i <gpu>, then reset the GPU", subject)
+            )
+        elif r.get("remap_failure"):
+            out.append(
+                check("ecc", "failed", "row remapping failed (no spare rows left)", ACTION_FIX["replace"], subject)
             )
         elif (r.get("uncorrected") or 0) > 0:
             out.append(
@@ -426,7 +409,7 @@ def check_ecc(gpu_facts, ecc_rows, corrected_limit=0):
                     "ecc",
                     "degraded",
                     f"{r['corrected']} corrected volatile ECC errors (limit {corrected_limit})",
-                    ACTION_FIX["drain"],
+                    ACTION_FIX["watch"],
                     subject,
                 )
             )
@@ -435,20 +418,50 @@ def check_ecc(gpu_facts, ecc_rows, corrected_limit=0):
     return out
 
 
-def check_kernel_log(gpu_facts, events, nic_bus_ids=()):
-    """Xid / off-the-bus / AER events, each classified (see :func:`parse_kernel_log`).
+def _event_text(e):
+    kind = e["kind"]
+    if kind == "xid":
+        return f"Xid {e['code']}: {e.get('meaning') or 'not in the Xid catalog'}"
+    if kind == "gpu_lost":
+        return "GPU has fallen off the bus"
+    if kind == "init_failed":
+        return f"GPU init failed: {e.get('text')}"
+    if kind == "sxid":
+        return f"NVSwitch SXid {e['code']} ({'fatal' if e.get('fatal') else 'non-fatal'}): {e.get('text')}"
+    if kind == "probe_failed":
+        return f"the NVIDIA probe failed for {e.get('devices')} device(s)"
+    return e.get("meaning") or e.get("text") or kind
 
-    AER events count on a GPU-less node too when they name a NIC of ``nic_bus_ids``."""
+
+def check_kernel_log(gpu_facts, kernel, nic_bus_ids=()):
+    """Each kernel-log event that calls for an action, classified by :data:`ACTION_STATUS`.
+
+    ``kernel``: :func:`kernel_log` of the node's log. Events with action ``none`` (an
+    unsupported GPU, a failed probe: the driver check reports those) give no check. AER events
+    count only for this node's GPUs and ``nic_bus_ids``, and on a GPU-less node too."""
+    kernel = kernel or {}
     nics = {_short_bus(b) for b in nic_bus_ids if b}
     gpu_buses = {_short_bus(x.get("bus_id")) for x in (gpu_facts or {}).get("pci_gpus") or []}
-    mine = [e for e in events or [] if e["kind"] != "aer" or _short_bus(e["bus_id"]) in nics | gpu_buses]
-    if not has_gpu(gpu_facts) and not [e for e in mine if e["kind"] == "aer"]:
+    events = kernel.get("events") or []
+    mine = [e for e in events if e["kind"] != "aer" or _short_bus(e["bus_id"]) in nics | gpu_buses]
+    if not has_gpu(gpu_facts) and not [e for e in mine if e["kind"] == "aer"] and not kernel.get("error"):
         return _skipped_gpu(["kernel_log"])
     out = []
+    if kernel.get("error"):
+        out.append(
+            check(
+                "kernel_log",
+                "degraded",
+                f"the kernel log could not be read: {kernel['error']}",
+                "read journalctl -k -b on the node by hand",
+            )
+        )
     for e in mine:
+        if e["action"] == "none":
+            continue
         status = ACTION_STATUS[e["action"]]
-        what = f"Xid {e['xid']}: {e['meaning']}" if e["xid"] is not None else e["meaning"]
-        out.append(check("kernel_log", status, f"{what} ({e['action']})", ACTION_FIX[e["action"]], e["bus_id"] or ""))
+        cause = f"{_event_text(e)} ({e['action']})"
+        out.append(check("kernel_log", status, cause, ACTION_FIX[e["action"]], e.get("bus_id") or ""))
     if not out:
         out.append(check("kernel_log", "ok", "no Xid or PCIe AER errors in the kernel log"))
     return out
@@ -901,8 +914,8 @@ def drift_check(items):
 def evaluate(node):
     """All checks of one node from its collected inputs; returns the verdict dict plus
     ``drift``. ``node`` keys (all optional; a missing input yields a skipped check):
-    ``profile``, ``gpu`` (gpucluster_gpu), ``rdma`` (gpucluster_rdma), ``ecc_rows``,
-    ``kernel_events`` (parse_kernel_log), ``lspci`` (parse_lspci_vv, None when not read),
+    ``profile``, ``gpu`` (gpucluster_gpu), ``rdma`` (gpucluster_rdma),
+    ``kernel_log`` (:func:`kernel_log`), ``ecc`` (:func:`ecc_rows`), ``lspci`` (parse_lspci_vv, None when not read),
     ``nic_paths`` (see :func:`nic_pci_devices`),
     ``fabric_manager_state``, ``gdr_configured``, ``peer_memory_modules``, ``dcgm``
     ({present, level, rc, output}), ``data_interfaces``, ``interface_facts``, ``container``
@@ -914,9 +927,9 @@ def evaluate(node):
     checks = []
     checks += check_profile_gpus(profile, gpu)
     checks += check_persistence(gpu)
-    checks += check_ecc(gpu, node.get("ecc_rows"), int(node.get("ecc_corrected_limit") or 0))
+    checks += check_ecc(gpu, node.get("ecc"), int(node.get("ecc_corrected_limit") or 0))
     nic_bus = [d["bus_id"] for d in nic_pci_devices(node.get("nic_paths"), (node.get("rdma") or {}).get("netdevs"))[0]]
-    checks += check_kernel_log(gpu, node.get("kernel_events"), nic_bus)
+    checks += check_kernel_log(gpu, node.get("kernel_log"), nic_bus)
     if has_gpu(gpu):
         devices = [{"bus_id": x["bus_id"], "subject": f"GPU {x['bus_id']}"} for x in gpu.get("pci_gpus") or []]
         checks += check_pcie_links(devices, node.get("lspci"), "gpu")
@@ -1035,35 +1048,28 @@ def profile_problems(profile):
     return problems
 
 
-# nvidia-smi --query-gpu fields for the ECC check; each exists since long before driver 450.
-ECC_QUERY_FIELDS = (
-    "index",
-    "pci.bus_id",
-    "ecc.mode.current",
-    "ecc.errors.uncorrected.volatile.total",
-    "ecc.errors.corrected.volatile.total",
-    "retired_pages.pending",
-)
-
-
 def ecc_rows(text):
-    """``nvidia-smi --query-gpu=<ECC_QUERY_FIELDS> --format=csv,noheader,nounits`` -> the
-    ``ecc_rows`` :func:`check_ecc` reads (read by ``gpu.parse_query_gpu_csv``, the one
-    --query-gpu reader). INTERIM until the gpu helper's ``parse_smi_q`` gives the same from
-    ``nvidia-smi -q``."""
-    from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu import parse_query_gpu_csv
-
-    out = []
-    for r in parse_query_gpu_csv(text, ECC_QUERY_FIELDS):
-        mode = r.get("ecc.mode.current")
-        out.append(
+    """``nvidia-smi -q`` (read by ``gpu_smi.parse_smi_q``, the one -q reader) -> the input of
+    :func:`check_ecc`: ``{"rows": [{"bus_id", "ecc_mode", "uncorrected", "corrected",
+    "pending", "remap_failure"}], "error": None}``, or ``{"rows": [], "error": message}`` when
+    the report cannot be read (the ECC check then says so instead of failing the run)."""
+    try:
+        report = parse_smi_q(text)
+    except ValueError as exc:
+        return {"rows": [], "error": str(exc)}
+    rows = []
+    for g in report["gpus"]:
+        volatile = (g.get("ecc_errors") or {}).get("volatile") or {}
+        retired = g.get("retired_pages") or {}
+        remap = g.get("remapped_rows") or {}
+        rows.append(
             {
-                "index": r.get("index"),
-                "bus_id": r.get("pci.bus_id"),
-                "ecc_mode": mode if isinstance(mode, bool) else None,
-                "uncorrected": r.get("ecc.errors.uncorrected.volatile.total"),
-                "corrected": r.get("ecc.errors.corrected.volatile.total"),
-                "pending": r.get("retired_pages.pending") in (True, "Yes"),
+                "bus_id": g["bus_id"],
+                "ecc_mode": (g.get("ecc_mode") or {}).get("current"),
+                "uncorrected": volatile.get("uncorrectable"),
+                "corrected": volatile.get("correctable"),
+                "pending": bool(retired.get("pending") or remap.get("pending")),
+                "remap_failure": bool(remap.get("failure")),
             }
         )
-    return out
+    return {"rows": rows, "error": None}

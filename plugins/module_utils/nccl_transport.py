@@ -1,6 +1,6 @@
 """Fail closed on the network: prove from the run's own output that the fast path carried it.
 
-Pure functions, stdlib only (the filter plugin ``gpucluster_health`` runs them on the
+Pure functions, stdlib only (the filter plugin ``plugins/filter/health.py`` runs them on the
 controller).
 
 - :func:`check_nccl_transport`: reads an ``NCCL_DEBUG=INFO`` log with

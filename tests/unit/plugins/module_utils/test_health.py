@@ -1,12 +1,16 @@
 """Node health verdicts (plugins/module_utils/health.py) on real captured outputs where they exist.
 
 Real captures: tests/fixtures/pcie/H01 (lspci -D -vv of this KVM machine, no PCIe capability),
-nvidia-smi/C14 (a kernel log with RmInitAdapter lines and no Xid), mpi-containers/C36
-(``ulimit -a`` with memlock 64 KiB). Where no capture exists here (LnkSta of a real GPU, an
-Xid line), the text is written in the tool's documented grammar and says so.
+nvidia-smi/C14 (a syslog with RmInitAdapter lines and no Xid), nvidia-smi/N24 (dmesg: a GPU
+fallen off the bus without an Xid), mpi-containers/C36 (``ulimit -a`` with memlock 64 KiB).
+Where no capture exists here (LnkSta of a real GPU, an Xid line, an AER line), the text is
+written in the tool's documented grammar and says so; the ``nvidia-smi -q`` report is the GPU
+component's own test report (tests/unit/plugins/module_utils/smi_q/).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils import health
@@ -16,6 +20,8 @@ from tests.conftest import fixture_text
 
 H01 = "pcie/H01_lspci_vv_kvm_virtio_no_pcie_capability.txt"
 C14 = "nvidia-smi/C14_nvidia_smi_no_devices_found_rminitadapter.txt"
+N24 = "nvidia-smi/N24_dmesg_gpu_fallen_off_bus_multiline_without_xid.txt"
+SMI_Q_H100 = Path(__file__).parent / "smi_q" / "r535_h100_2gpu.txt"
 C36_ULIMIT = "mpi-containers/C36_memlock_ulimit_64k_ibv_create_cq_enomem.1-ulimit-a.txt"
 
 # pciutils ls-caps.c grammar ("Speed %sGT/s%s, Width x%d%s", " (ok)" / " (downgraded)" in newer
@@ -45,7 +51,8 @@ KERNEL_LOG = """\
 [ 5.0] NVRM: Xid (PCI:0000:17:00): 999, pid=99, something new
 [ 6.0] pcieport 0000:00:01.0: AER: Corrected error received: 0000:18:00.0
 [ 7.0] NVRM: GPU at PCI:0000:3b:00: GPU-00000000-0000-0000-0000-000000000001
-[ 8.0] NVRM: GPU at 0000:3b:00.0: GPU has fallen off the bus.
+[ 8.0] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.
+[ 9.0] pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: 0000:17:00.0
 """
 
 H100_GPUS = {
@@ -101,24 +108,52 @@ def test_pcie_link_downgrades_are_found_per_device():
 
 
 def test_kernel_log_classifies_each_event():
-    events = health.parse_kernel_log(KERNEL_LOG)
-    assert [(e["kind"], e["xid"], e["action"]) for e in events] == [
-        ("xid", 79, "replace"), ("xid", 13, "app"), ("xid", 48, "reset"), ("xid", 92, "drain"),
-        ("xid", 999, "drain"), ("aer", None, "drain"), ("off_bus", None, "replace")]
-    assert events[0]["bus_id"] == "0000:2a:00"
-    assert events[5]["bus_id"] == "0000:18:00.0"
-    assert events[6]["bus_id"] == "0000:3b:00.0"
-    checks = health.check_kernel_log(H100_GPUS, events, ["0000:18:00.0"])
+    log = health.kernel_log(KERNEL_LOG)
+    assert log["error"] is None
+    events = log["events"]
+    # NVRM records first, as gpu_kernel.parse_kernel_log reads them, then the AER lines.
+    assert [(e["kind"], e.get("code"), e["action"]) for e in events] == [
+        ("xid", 79, "drain"), ("xid", 13, "restart_app"), ("xid", 48, "reset"), ("xid", 92, "unknown"),
+        ("xid", 999, "unknown"), ("gpu_lost", None, "drain"), ("aer", None, "watch"), ("aer", None, "replace")]
+    assert events[0]["bus_id"] == "0000:2a:00.0"
+    assert events[5]["bus_id"] == "0000:3b:00.0"
+    assert [e["bus_id"] for e in events[6:]] == ["0000:18:00.0", "0000:17:00.0"]
+    checks = health.check_kernel_log(H100_GPUS, log, ["0000:18:00.0"])
     # GPU 0000:3b fell off the bus, so gpu_facts no longer lists it: the node's own kernel log
     # still counts. AER lines count only for this node's GPUs and NICs.
-    assert [c["status"] for c in checks] == ["failed", "ok", "failed", "degraded", "degraded", "degraded", "failed"]
-    assert health.check_kernel_log(H100_GPUS, events[5:6], [])[0]["status"] == "ok"
-    assert checks[0]["cause"] == "Xid 79: GPU has fallen off the bus (replace)"
+    assert [c["status"] for c in checks] == ["failed", "ok", "failed", "degraded", "degraded", "failed",
+                                             "degraded", "failed"]
+    assert checks[0]["cause"] == "Xid 79: GPU has fallen off the bus (drain)"
+    assert checks[3]["cause"] == "Xid 92: not in the Xid catalog (unknown)"
+    assert checks[6]["subject"] == "0000:18:00.0" and "Corrected" in checks[6]["cause"]
+    only_aer = {"events": [e for e in events if e["kind"] == "aer"], "error": None}
+    assert [c["subject"] for c in health.check_kernel_log(H100_GPUS, only_aer, [])] == ["0000:17:00.0"]
 
 
-def test_real_kernel_log_without_xid_reads_no_event():
-    assert health.parse_kernel_log(fixture_text(C14)) == []
-    assert health.check_kernel_log(H100_GPUS, [], [])[0]["status"] == "ok"
+def test_kernel_log_of_a_gpu_less_node_counts_aer_on_its_nics_only():
+    log = health.kernel_log(KERNEL_LOG)
+    [c] = health.check_kernel_log(NO_GPU_FACTS, log, [])
+    assert (c["status"], c["cause"]) == ("skipped", "the node has no NVIDIA GPU")
+    [c] = health.check_kernel_log(NO_GPU_FACTS, {"events": log["events"][6:7], "error": None}, ["0000:18:00.0"])
+    assert c["status"] == "degraded"
+
+
+def test_real_kernel_logs_read_by_gpu_kernel():
+    # C14: syslog, RmInitAdapter failed for 0000:01:00.0, no Xid.
+    checks = health.check_kernel_log(H100_GPUS, health.kernel_log(fixture_text(C14)), [])
+    assert [(c["status"], c["subject"]) for c in checks] == [("failed", "0000:01:00.0")] * 2
+    assert "RmInitAdapter failed! (0x22:0x56:884)" in checks[1]["cause"]
+    # N24: a GPU fallen off the bus over three dmesg lines; the probe failure gives no check.
+    [c] = health.check_kernel_log(H100_GPUS, health.kernel_log(fixture_text(N24)), [])
+    assert (c["status"], c["subject"], c["cause"]) == ("failed", "0000:b3:00.0", "GPU has fallen off the bus (drain)")
+    assert health.check_kernel_log(H100_GPUS, health.kernel_log(""), [])[0]["status"] == "ok"
+
+
+def test_a_kernel_log_gpu_kernel_cannot_read_is_reported_not_raised():
+    log = health.kernel_log("[ 1.0] NVRM: Xid (PCI:0000:17:00): 79\n")
+    assert log["error"] and "Xid 79" in log["error"]
+    [c] = health.check_kernel_log(H100_GPUS, log, [])
+    assert c["status"] == "degraded" and c["cause"].startswith("the kernel log could not be read")
 
 
 def test_gpu_less_node_says_so_plainly_for_every_gpu_check():
@@ -168,14 +203,29 @@ def test_persistence_and_fabric_manager_and_peer_memory():
     assert health.check_peer_memory(H100_GPUS, False, [])[0]["status"] == "skipped"
 
 
-def test_ecc_rows_from_query_gpu_csv():
-    text = ("0, 00000000:17:00.0, Enabled, 0, 0, No\n1, 00000000:2A:00.0, Enabled, 2, 5, Yes\n"
-            "2, 00000000:3B:00.0, [N/A], [N/A], [N/A], [N/A]\n")
-    rows = health.ecc_rows(text)
-    assert rows[1] == {"index": 1, "bus_id": "00000000:2A:00.0", "ecc_mode": True, "uncorrected": 2, "corrected": 5,
-                       "pending": True}
-    assert [c["status"] for c in health.check_ecc(H100_GPUS, rows)] == ["ok", "failed", "skipped"]
-    assert [c["status"] for c in health.check_ecc(H100_GPUS, [dict(rows[0], corrected=3)], 2)] == ["degraded"]
+def test_ecc_rows_from_nvidia_smi_q():
+    ecc = health.ecc_rows(SMI_Q_H100.read_text(encoding="utf-8"))
+    assert ecc["error"] is None
+    ok, bad = ecc["rows"]
+    assert ok == {"bus_id": "0000:18:00.0", "ecc_mode": True, "uncorrected": 0, "corrected": 0, "pending": True,
+                  "remap_failure": False}
+    assert (bad["uncorrected"], bad["corrected"], bad["remap_failure"]) == (3, 5, True)
+    checks = health.check_ecc(H100_GPUS, ecc)
+    assert [(c["status"], c["subject"]) for c in checks] == [("degraded", "GPU 0000:18:00.0"),
+                                                              ("failed", "GPU 0000:2a:00.0")]
+    assert "row remapping pending" in checks[0]["cause"] and "no spare rows" in checks[1]["cause"]
+    clean = {"rows": [dict(ok, pending=False, corrected=3)], "error": None}
+    assert [c["status"] for c in health.check_ecc(H100_GPUS, clean, 2)] == ["degraded"]
+    assert [c["status"] for c in health.check_ecc(H100_GPUS, clean, 3)] == ["ok"]
+    assert health.check_ecc(H100_GPUS, {"rows": [dict(ok, ecc_mode=None)], "error": None})[0]["status"] == "skipped"
+    assert health.check_ecc(H100_GPUS, None)[0]["status"] == "skipped"
+
+
+def test_an_unreadable_nvidia_smi_q_is_reported_not_raised():
+    ecc = health.ecc_rows("Failed to initialize NVML: Driver/library version mismatch\n")
+    assert ecc["rows"] == [] and ecc["error"]
+    [c] = health.check_ecc(H100_GPUS, ecc)
+    assert c["status"] == "degraded" and "could not be read" in c["cause"]
 
 
 def test_container_limits_of_the_real_64k_memlock_capture():

@@ -1,21 +1,21 @@
-"""The gpucluster_health filter plugin: names, error mapping, a template over a real fixture."""
+"""The health filter plugin (plugins/filter/health.py): names, error mapping, a template over a real fixture."""
 
 from __future__ import annotations
 
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.filter import gpucluster_health
+from ansible_collections.gpucluster.cluster.plugins.filter import health
 
 from tests.conftest import fixture_text
 
-FILTERS = gpucluster_health.FilterModule().filters()
+FILTERS = health.FilterModule().filters()
 
 
 def test_filter_names():
     assert set(FILTERS) == {
         "node_health_evaluate", "node_health_markdown", "node_health_profile_problems", "node_health_lspci_vv",
-        "node_health_kernel_log", "node_health_ecc_rows", "node_health_peer_memory_loaded", "nccl_transport_check",
+        "node_health_kernel_log", "node_health_ecc_rows", "nccl_transport_check",
         "ompi_tcp_verbose", "mpi_interfaces_check", "mpi_data_nics"}
 
 
