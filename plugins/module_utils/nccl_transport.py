@@ -4,7 +4,9 @@ Pure functions, stdlib only (the filter plugin ``plugins/filter/health.py`` runs
 controller).
 
 - :func:`check_nccl_transport`: reads an ``NCCL_DEBUG=INFO`` log with
-  ``diagnose.nccl_transport_summary`` (the one NCCL log reader) and, when given, the
+  ``diagnose.nccl_transport_summary`` (transport, GDR) and, with a net plugin configured,
+  ``nccl_net_plugin.read_net_plugin`` (the one net-plugin state: loaded, fell back, failed to
+  load, and why) and, when given, the
   ``all_reduce_perf`` output with ``bench.parse_nccl_tests`` / ``bench.check_bus_bandwidth``
   (the one nccl-tests reader); fails when the transport is not the configured one (a net
   plugin configured but NCCL's internal IB or Socket used; IB expected but Socket; GDR
@@ -42,6 +44,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.bench import (
     parse_nccl_tests,
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import nccl_transport_summary
+from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_net_plugin import read_net_plugin
 
 TRANSPORTS = ("IB", "Socket")
 
@@ -59,8 +62,12 @@ def check_nccl_transport(
 ):
     """Judge an NCCL run against its configuration.
 
-    ``log``: the ``NCCL_DEBUG=INFO`` text; ``net_plugin``: the configured plugin's name as
-    NCCL prints it (``Loaded net plugin <name>``) or None; ``transport``: "IB" | "Socket" |
+    ``log``: the ``NCCL_DEBUG=INFO`` text; ``net_plugin``: the configured plugin
+    (``NCCL_NET_PLUGIN`` of the nccl_env contract) or None; with one, the run passes only when
+    ``nccl_net_plugin.read_net_plugin`` finds a plugin loaded (``PLUGIN_LOADED`` or the
+    ``PLUGIN_LOADED_OLDER_API`` compat path) and NCCL used a network other than its internal IB
+    or Socket (validate.yml pins ``NCCL_NET`` to the plugin's network, so another plugin fails
+    as ``NET_NOT_FOUND``); ``transport``: "IB" | "Socket" |
     "plugin" (what must carry the traffic; "plugin" when ``net_plugin`` is set); ``gdr``:
     True when GPUDirect RDMA must be on, None to not check; ``nccl_tests``: the
     ``all_reduce_perf`` output (run with ``NCCL_ALGO=Ring``); ``line_rate_gbit``: per-GPU
@@ -68,7 +75,8 @@ def check_nccl_transport(
     must reach.
 
     Returns ``{"ok": bool, "problems": [str], "fix": [str], "used": {"transport",
-    "net_plugin", "gdr", "nccl_version"}, "busbw": {"ok", "message"} | None}``. Fails closed:
+    "net_plugin", "gdr", "nccl_version", "net_plugin_state" (with a plugin configured: the
+    reader's class)}, "busbw": {"ok", "message"} | None}``. Fails closed:
     a log that does not say which transport NCCL used is a failure.
     """
     if transport not in (*TRANSPORTS, "plugin"):
@@ -90,17 +98,25 @@ def check_nccl_transport(
         )
         fixes.append("set NCCL_DEBUG=INFO for the run and pass its whole output")
     elif net_plugin:
-        plugin_used = s["net_plugin"] not in (None, "internal") and net_plugin.lower() in str(s["net_plugin"]).lower()
-        if not plugin_used or s["transport"] in TRANSPORTS:
-            problems.append(
-                f"net plugin {net_plugin} configured, but NCCL used "
-                f"{'its internal ' if s['net_plugin'] in (None, 'internal') else ''}{s['transport']} "
-                f"(plugin: {s['net_plugin'] or 'none loaded'})"
-            )
-            fixes.append(
-                f"pin NCCL_NET to the plugin and check that libnccl-net.so of {net_plugin} is on "
-                "LD_LIBRARY_PATH in the container (NCCL_NET_PLUGIN)"
-            )
+        try:
+            state = read_net_plugin(log, expect_plugin=net_plugin)
+        except ValueError as exc:
+            problems.append(f"net plugin {net_plugin} configured, but the log's plugin lines cannot be read: {exc}")
+            fixes.append("pass the whole NCCL_DEBUG=INFO output (NCCL_DEBUG_SUBSYS=INIT,NET) of the run")
+        else:
+            used["net_plugin_state"] = state.cls
+            loaded = state.cls in ("PLUGIN_LOADED", "PLUGIN_LOADED_OLDER_API")
+            if not loaded or s["transport"] in TRANSPORTS:
+                problems.append(
+                    f"net plugin {net_plugin} configured, but NCCL used "
+                    f"{'its internal ' if s['transport'] in TRANSPORTS else ''}{s['transport']} "
+                    f"({state.cls}: {state.cause})"
+                )
+                fixes.append(
+                    state.fix
+                    or f"pin NCCL_NET to the plugin and check that libnccl-net.so of {net_plugin} is on "
+                    "LD_LIBRARY_PATH in the container (NCCL_NET_PLUGIN)"
+                )
     elif transport == "IB" and s["transport"] != "IB":
         why = " (libibverbs missing in the container)" if s["ibverbs_available"] is False else ""
         problems.append(f"IB expected, NCCL used {s['transport']}{why}")

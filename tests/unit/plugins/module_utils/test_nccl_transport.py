@@ -28,6 +28,8 @@ E16 = "nccl-logs/E16_nccl_info_containers_ib_4hca.txt"
 E08 = "benchmark-output/E08_nccl_tests_allreduce_2node_16x_h100_gcp_a3mega.txt"
 E09 = "benchmark-output/E09_nccl_tests_allreduce_2node_16x_v100_k8s_sriov_roce_oldformat.txt"
 E11 = "benchmark-output/E11_nccl_tests_allreduce_2node_errored_internal_error.txt"
+N01 = "nccl-net-plugin/N01_nccl_plugin_hpcx_v5_loaded_under_nccl_2_18_v6_api.txt"
+N02 = "nccl-net-plugin/N02_nccl_plugin_found_but_no_supported_symbol_internal_fallback.txt"
 
 
 @pytest.mark.parametrize(("log", "config"), [
@@ -46,9 +48,11 @@ def test_right_transport_passes(log, config):
     (E14, {"transport": "IB", "gdr": True}, "GPUDirect RDMA expected, disabled for mlx5_0, mlx5_1"),
     (E16, {"transport": "IB", "gdr": True}, "GPUDirect RDMA expected, not shown in the log"),
     (E14, {"transport": "plugin", "net_plugin": "aws-ofi-nccl"},
-     "net plugin aws-ofi-nccl configured, but NCCL used its internal IB (plugin: internal)"),
+     "net plugin aws-ofi-nccl configured, but NCCL used its internal IB (INTERNAL_NETWORK: NCCL (version not in "
+     "the log): NCCL uses its internal transport; the log has no plugin-loader line saying why; using network IB)"),
     (E12, {"transport": "plugin", "net_plugin": "harp"},
-     "net plugin harp configured, but NCCL used its internal Socket (plugin: internal)"),
+     "net plugin harp configured, but NCCL used its internal Socket (PLUGIN_NOT_FOUND: NCCL 2.16.5+cuda11.8: no net "
+     "plugin library found (libnccl-net.so); internal transports; using network Socket)"),
     (E16, {"transport": "Socket"}, "Socket expected, NCCL used IB"),
 ])
 def test_wrong_transport_fails_with_the_reason(log, config, problem):
@@ -56,6 +60,23 @@ def test_wrong_transport_fails_with_the_reason(log, config, problem):
     assert not r["ok"]
     assert problem in r["problems"]
     assert r["fix"]
+
+
+def test_a_configured_plugin_is_judged_by_the_net_plugin_reader():
+    # N01: HPC-X's plugin loaded through the v5 compat path; the capture stops before init.cc's
+    # "Using network <name>" line, so it fails closed; with the line (the plugin's network
+    # IBext, "P2P plugin IBext" in the same log) it passes.
+    cut = check_nccl_transport(fixture_text(N01), transport="plugin", net_plugin="hpcx")
+    assert not cut["ok"] and "does not say which network" in cut["problems"][0]
+    using = "gpu-host-a100-n02:2293:2623 [0] NCCL INFO Using network IBext\n"
+    ok = check_nccl_transport(fixture_text(N01) + using, transport="plugin", net_plugin="hpcx")
+    assert ok["ok"], ok["problems"]
+    assert ok["used"]["net_plugin_state"] == "PLUGIN_LOADED_OLDER_API"
+    # N02: a libnccl-net.so without a supported symbol: NCCL unloaded it and used IB.
+    fell = check_nccl_transport(fixture_text(N02) + using.replace("IBext", "IB"), transport="plugin",
+                                net_plugin="hpcx")
+    assert not fell["ok"] and "FOUND_BUT_INCOMPATIBLE" in fell["problems"][0]
+    assert "install a plugin built for this NCCL's net API" in fell["fix"][0]
 
 
 def test_a_log_that_does_not_say_fails_closed():
