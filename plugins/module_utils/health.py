@@ -12,9 +12,10 @@ controller). Inputs are facts already parsed by their owners: ``gpucluster_gpu``
   "checks": [check], "counts": {status: n}}``: failed when one check failed, degraded when
   one is degraded, else healthy. Skipped checks never change the verdict; each says why.
 
-Readers: the kernel log's NVIDIA records are read by ``gpu_kernel.parse_kernel_log`` and
-``nvidia-smi -q`` by ``gpu_smi.parse_smi_q`` (the one reader of each); :func:`kernel_log`
-and :func:`ecc_rows` only reshape their readings for the checks. Two readers live here because
+Readers: the kernel log's NVIDIA records are read by ``gpu_kernel.parse_kernel_log``,
+``nvidia-smi -q`` by ``gpu_smi.parse_smi_q`` and the Fabric Manager's status by
+``gpu_fabric.parse_fabricmanager`` (the one reader of each); :func:`kernel_log` and
+:func:`ecc_rows` only reshape their readings for the checks. Two readers live here because
 no other module reads these lines:
 
 - :func:`parse_lspci_vv`: ``lspci -D -vv`` ``LnkCap`` / ``LnkSta`` per PCI function
@@ -38,6 +39,10 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import parse_ulimit_a
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_fabric import (
+    fabricmanager_state,
+    parse_fabricmanager,
+)
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import parse_smi_q
 from ansible_collections.gpucluster.cluster.plugins.module_utils.hugepages import parse_hugetlbfs_mounts, parse_size
@@ -513,31 +518,49 @@ def check_pcie_links(devices, lspci, kind):
     return out
 
 
-def check_fabric_manager(gpu_facts, profile, service_state):
-    """The nvidia-fabricmanager service where an NVSwitch exists (or the profile expects one).
-    Without it CUDA fails with error 802 (system not yet initialized) on NVSwitch systems."""
+FABRIC_STATUS = {"ok": "ok", "warn": "degraded", "unknown": "degraded", "fail": "failed"}
+
+
+def check_fabric_manager(gpu_facts, profile, status_text):
+    """nvidia-fabricmanager where the node has NVSwitches (gpu_facts' ``nvswitches``, from
+    lspci) or the profile expects it, judged by ``gpu_fabric.fabricmanager_state`` on
+    ``systemctl status nvidia-fabricmanager`` read by ``gpu_fabric.parse_fabricmanager``
+    (the GPU component's readers; without FM CUDA fails with error 802 on NVSwitch systems)."""
     if not has_gpu(gpu_facts):
         return _skipped_gpu(["fabric_manager"])
-    topo = (gpu_facts or {}).get("topology") or {}
+    g = gpu_facts or {}
+    nvswitches = g.get("nvswitches")
     expected = (profile or {}).get("fabric_manager")
-    if expected is None:
-        expected = bool(topo.get("nvswitch"))
-    if not expected:
+    if expected is False:
+        return [check("fabric_manager", "skipped", "the profile expects no Fabric Manager")]
+    if expected is None and not nvswitches:
+        why = "lspci was not read" if nvswitches is None else "lspci lists no NVSwitch"
+        cause = f"no NVSwitch known on this node ({why}): Fabric Manager does not apply"
+        return [check("fabric_manager", "skipped", cause)]
+    if expected and nvswitches == []:
         return [
-            check("fabric_manager", "skipped", "no NVSwitch on this node and the profile expects no Fabric Manager")
+            check(
+                "fabric_manager",
+                "failed",
+                "the profile expects Fabric Manager (an NVSwitch system) but lspci lists no NVSwitch",
+                "check the node is the machine type of its host group; an HGX baseboard without visible "
+                "NVSwitches needs service",
+            )
         ]
-    if service_state == "active":
-        return [check("fabric_manager", "ok", "nvidia-fabricmanager active")]
-    return [
-        check(
-            "fabric_manager",
-            "failed",
-            f"nvidia-fabricmanager is {service_state or 'not installed'} on an NVSwitch node "
-            "(CUDA error 802 until it runs)",
-            "install nvidia-fabricmanager at the driver's exact version, then "
-            "systemctl enable --now nvidia-fabricmanager",
-        )
-    ]
+    try:
+        reading = parse_fabricmanager(status_text)
+    except ValueError as exc:
+        return [
+            check(
+                "fabric_manager",
+                "degraded",
+                f"systemctl status nvidia-fabricmanager could not be read: {exc}",
+                "run systemctl status nvidia-fabricmanager on the node by hand",
+            )
+        ]
+    state = fabricmanager_state(reading, nvswitches, (g.get("driver") or {}).get("version"))
+    status = FABRIC_STATUS[state["severity"]]
+    return [check("fabric_manager", status, f"{state['class']}: {state['reason']}", state["hint"] or "")]
 
 
 def check_peer_memory(gpu_facts, gdr_configured, loaded_modules):
@@ -915,9 +938,10 @@ def evaluate(node):
     """All checks of one node from its collected inputs; returns the verdict dict plus
     ``drift``. ``node`` keys (all optional; a missing input yields a skipped check):
     ``profile``, ``gpu`` (gpucluster_gpu), ``rdma`` (gpucluster_rdma),
-    ``kernel_log`` (:func:`kernel_log`), ``ecc`` (:func:`ecc_rows`), ``lspci`` (parse_lspci_vv, None when not read),
-    ``nic_paths`` (see :func:`nic_pci_devices`),
-    ``fabric_manager_state``, ``gdr_configured``, ``peer_memory_modules``, ``dcgm``
+    ``kernel_log`` (:func:`kernel_log`), ``ecc`` (:func:`ecc_rows`), ``lspci``
+    (parse_lspci_vv, None when not read), ``nic_paths`` (see :func:`nic_pci_devices`),
+    ``fabric_manager_status`` (``systemctl status nvidia-fabricmanager``), ``gdr_configured``,
+    ``peer_memory_modules``, ``dcgm``
     ({present, level, rc, output}), ``data_interfaces``, ``interface_facts``, ``container``
     ({name, info, env, want, and the texts read inside it: ulimit_text (``ulimit -a``),
     shm_text (``df -B1 --output=size /dev/shm``), mounts_text (``/proc/mounts``)}), ``contract``.
@@ -950,7 +974,7 @@ def evaluate(node):
         )
     if not nic_devices and not virtual:
         checks.append(check("nic_pcie_link", "skipped", "no data NIC or RDMA NIC to check"))
-    checks += check_fabric_manager(gpu, profile, node.get("fabric_manager_state"))
+    checks += check_fabric_manager(gpu, profile, node.get("fabric_manager_status"))
     checks += check_peer_memory(gpu, node.get("gdr_configured"), node.get("peer_memory_modules") or [])
     d = node.get("dcgm") or {}
     checks += check_dcgm(gpu, d.get("present"), d.get("level"), d.get("rc"), d.get("output", ""))

@@ -21,6 +21,16 @@ from tests.conftest import fixture_text
 H01 = "pcie/H01_lspci_vv_kvm_virtio_no_pcie_capability.txt"
 C14 = "nvidia-smi/C14_nvidia_smi_no_devices_found_rminitadapter.txt"
 N24 = "nvidia-smi/N24_dmesg_gpu_fallen_off_bus_multiline_without_xid.txt"
+N21_JOURNAL = "nvidia-smi/N21_fabricmanager_nv_warn_nothing_to_do_2x_a40_nvlink_bridge.2-journal-zh-locale.txt"
+# systemctl status (systemd src/systemctl "Loaded:" / "Active:" lines); written, not captured.
+FM_RUNNING = """\
+* nvidia-fabricmanager.service - NVIDIA fabric manager service
+     Loaded: loaded (/lib/systemd/system/nvidia-fabricmanager.service; enabled; vendor preset: enabled)
+     Active: active (running) since Tue 2024-01-02 10:00:00 UTC; 1h ago
+   Main PID: 1234 (nv-fabricmanage)
+"""
+FM_INACTIVE = FM_RUNNING.replace("active (running) since Tue 2024-01-02 10:00:00 UTC; 1h ago",
+                                 "inactive (dead)").replace("   Main PID: 1234 (nv-fabricmanage)\n", "")
 SMI_Q_H100 = Path(__file__).parent / "smi_q" / "r535_h100_2gpu.txt"
 C36_ULIMIT = "mpi-containers/C36_memlock_ulimit_64k_ibv_create_cq_enomem.1-ulimit-a.txt"
 
@@ -193,11 +203,22 @@ def test_profile_against_gpu_facts():
 def test_persistence_and_fabric_manager_and_peer_memory():
     [p] = health.check_persistence(H100_GPUS)
     assert p["status"] == "degraded" and "GPU 1" in p["cause"]
-    nvswitch = dict(H100_GPUS, topology={"nvlink": True, "nvswitch": True})
-    assert health.check_fabric_manager(nvswitch, {}, "inactive")[0]["status"] == "failed"
-    assert health.check_fabric_manager(nvswitch, {}, "active")[0]["status"] == "ok"
-    assert health.check_fabric_manager(H100_GPUS, {}, "")[0]["status"] == "skipped"
-    assert health.check_fabric_manager(H100_GPUS, {"fabric_manager": True}, "")[0]["status"] == "failed"
+    nvswitch = dict(H100_GPUS, nvswitches=[{"bus_id": "0000:c1:00.0", "pci_id": "10de:22a3", "name": "Device"}])
+    [fm] = health.check_fabric_manager(nvswitch, {}, FM_INACTIVE)
+    assert fm["status"] == "failed" and fm["cause"].startswith("FABRIC_MANAGER_NOT_RUNNING")
+    assert "systemctl enable --now nvidia-fabricmanager" in fm["fix"]
+    assert health.check_fabric_manager(nvswitch, {}, FM_RUNNING)[0]["status"] == "ok"
+    # N21 (a real journal: NV_WARN_NOTHING_TO_DO) on a node whose lspci lists an NVSwitch.
+    [fm] = health.check_fabric_manager(nvswitch, {}, fixture_text(N21_JOURNAL))
+    assert (fm["status"], fm["cause"].split(":")[0]) == ("failed", "FABRIC_MANAGER_NVSWITCH_NOT_VISIBLE")
+    no_switch = dict(H100_GPUS, nvswitches=[])
+    [fm] = health.check_fabric_manager(no_switch, {}, "")
+    assert (fm["status"], fm["cause"]) == ("skipped", "no NVSwitch known on this node (lspci lists no NVSwitch): "
+                                                      "Fabric Manager does not apply")
+    assert health.check_fabric_manager(no_switch, {"fabric_manager": True}, "")[0]["status"] == "failed"
+    assert health.check_fabric_manager(nvswitch, {"fabric_manager": False}, "")[0]["status"] == "skipped"
+    [fm] = health.check_fabric_manager(nvswitch, {}, "\n")
+    assert fm["status"] == "degraded" and "could not be read" in fm["cause"]
     assert health.check_peer_memory(H100_GPUS, True, [])[0]["status"] == "failed"
     assert health.check_peer_memory(H100_GPUS, True, ["nvidia_peermem"])[0]["status"] == "ok"
     assert health.check_peer_memory(H100_GPUS, False, [])[0]["status"] == "skipped"
