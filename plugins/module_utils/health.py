@@ -443,16 +443,18 @@ def check_kernel_log(gpu_facts, kernel, nic_bus_ids=()):
 
     ``kernel``: :func:`kernel_log` of the node's log. Events with action ``none`` (an
     unsupported GPU, a failed probe: the driver check reports those) give no check. AER events
-    count only for this node's GPUs and ``nic_bus_ids``, and on a GPU-less node too."""
+    count only for this node's GPUs and ``nic_bus_ids``, and on a GPU-less node too (where an
+    NVRM record gpu_kernel cannot read is no finding: there is no NVIDIA GPU to judge)."""
     kernel = kernel or {}
     nics = {_short_bus(b) for b in nic_bus_ids if b}
     gpu_buses = {_short_bus(x.get("bus_id")) for x in (gpu_facts or {}).get("pci_gpus") or []}
     events = kernel.get("events") or []
     mine = [e for e in events if e["kind"] != "aer" or _short_bus(e["bus_id"]) in nics | gpu_buses]
-    if not has_gpu(gpu_facts) and not [e for e in mine if e["kind"] == "aer"] and not kernel.get("error"):
+    gpu = has_gpu(gpu_facts)
+    if not gpu and not [e for e in mine if e["kind"] == "aer"]:
         return _skipped_gpu(["kernel_log"])
     out = []
-    if kernel.get("error"):
+    if kernel.get("error") and gpu:
         out.append(
             check(
                 "kernel_log",

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.docker_env import ROOT
 from tests.integration.conftest import node_exec, playbook, sandbox_nodes
@@ -14,6 +15,9 @@ from tests.integration.conftest import node_exec, playbook, sandbox_nodes
 pytestmark = pytest.mark.integration
 
 NO_GPU = "the node has no NVIDIA GPU"
+# The sandbox runs the training_image role's own container name (its default; one owner).
+CONTAINER = yaml.safe_load((ROOT / "roles/training_image/defaults/main.yml").read_text())[
+    "training_image_container_name"]
 GPU_CHECKS = ("gpu_count", "gpu_model", "driver", "nvlink", "persistence_mode", "ecc", "kernel_log", "gpu_pcie_link",
               "fabric_manager", "peer_memory", "dcgm")
 
@@ -38,13 +42,13 @@ def check_health_report(run_playbook, nodes, exec_on_node, reports=ROOT / "repor
         for name in GPU_CHECKS:
             assert [(c["status"], c["cause"]) for c in checks[name]] == [("skipped", NO_GPU)], (node, name)
         # The container's limits, read for real, equal what the container itself says.
-        memlock = exec_on_node(node, "docker", "exec", "gpucluster-train", "sh", "-c", "ulimit -l").strip()
-        nofile = exec_on_node(node, "docker", "exec", "gpucluster-train", "sh", "-c", "ulimit -n").strip()
+        memlock = exec_on_node(node, "docker", "exec", CONTAINER, "sh", "-c", "ulimit -l").strip()
+        nofile = exec_on_node(node, "docker", "exec", CONTAINER, "sh", "-c", "ulimit -n").strip()
         assert checks["container"][0]["status"] == "ok", checks["container"]
         # The sandbox's contract is the 8 MiB hard limit (training_image_ulimit_memlock), so ok.
         assert [(c["status"], c["cause"]) for c in checks["container_memlock"]] == [("ok", f"ulimit -l {memlock}")]
         assert checks["container_nofile"][0]["cause"].startswith(f"ulimit -n {nofile}")
-        shm = exec_on_node(node, "docker", "exec", "gpucluster-train", "df", "-B1", "--output=size", "/dev/shm")
+        shm = exec_on_node(node, "docker", "exec", CONTAINER, "df", "-B1", "--output=size", "/dev/shm")
         assert f"/dev/shm {shm.split()[-1]} bytes" in checks["container_shm"][0]["cause"]
         # The data NICs are the nccl_env contract's, read on the node.
         for c in checks["data_nics"]:

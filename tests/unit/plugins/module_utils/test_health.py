@@ -164,6 +164,8 @@ def test_a_kernel_log_gpu_kernel_cannot_read_is_reported_not_raised():
     assert log["error"] and "Xid 79" in log["error"]
     [c] = health.check_kernel_log(H100_GPUS, log, [])
     assert c["status"] == "degraded" and c["cause"].startswith("the kernel log could not be read")
+    [c] = health.check_kernel_log(NO_GPU_FACTS, log, [])
+    assert (c["status"], c["cause"]) == ("skipped", "the node has no NVIDIA GPU")
 
 
 def test_gpu_less_node_says_so_plainly_for_every_gpu_check():
