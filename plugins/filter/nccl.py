@@ -38,6 +38,11 @@ def nccl_check_socket_ifname(value, interfaces=None):
     return nccl.check_socket_ifname(value, _interfaces(interfaces) if interfaces is not None else None)
 
 
+def nccl_conf_merge(existing, env):
+    """``existing_text | nccl_conf_merge(env)`` -> {text, overridden, user_lines} (see merge_nccl_conf)."""
+    return nccl.merge_nccl_conf(existing, env)
+
+
 def nccl_lint_conf(text, interfaces=None, gids=None, ipv4=None):
     """``nccl_conf_text | nccl_lint_conf(ifaces, gid_table_text)`` -> list of findings."""
     return nccl.lint_nccl_conf(text, _interfaces(interfaces) if interfaces is not None else None, gids, ipv4)
@@ -57,6 +62,7 @@ class FilterModule:
         table = {
             "nccl_env": nccl_env_filter,
             "nccl_conf": nccl.render_nccl_conf,
+            "nccl_conf_merge": nccl_conf_merge,
             "nccl_parse_conf": nccl.parse_nccl_conf,
             "nccl_lint_conf": nccl_lint_conf,
             "nccl_check_socket_ifname": nccl_check_socket_ifname,

@@ -746,3 +746,253 @@ def missing_runtimes(cfg, which, flags=()):
             f"(for nvidia: the NVIDIA Container Toolkit), or {undo}."
         )))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# dockerd's own keys and types (Docker 20.10 .. 27)
+# --------------------------------------------------------------------------------------------
+#
+# From moby daemon/config/config.go, config_linux.go, config_unix.go (the ``json:"..."`` tags of
+# Config, CommonConfig, BridgeConfig, CommonTLSOptions, DNSConfig, LogConfig,
+# registry.ServiceOptions) at v20.10.24, plus the keys later releases added (marked with the
+# release). dockerd 20.10 refuses an unknown top-level key at start ("the following directives
+# don't match any configuration option"), and a value of the wrong JSON type ("json: cannot
+# unmarshal ..."); Debian 12's dockerd has no --validate, so these are checked here first.
+# Types: string, bool, int, strings (array of strings), string-map (object of strings),
+# bool-map (object of bools), object, objects (array of objects).
+KNOWN_KEYS = {
+    "allow-nondistributable-artifacts": "strings", "api-cors-header": "string",
+    "authorization-plugins": "strings", "bip": "string", "bridge": "string", "builder": "object",
+    "cdi-spec-dirs": "strings",  # 25.0
+    "cgroup-parent": "string", "cluster-advertise": "string", "cluster-store": "string",
+    "cluster-store-opts": "string-map", "containerd": "string", "containerd-namespace": "string",
+    "containerd-plugins-namespace": "string", "cpu-rt-period": "int", "cpu-rt-runtime": "int",
+    "cri-containerd": "bool", "data-root": "string", "debug": "bool",
+    "default-address-pools": "objects", "default-cgroupns-mode": "string", "default-gateway": "string",
+    "default-gateway-v6": "string", "default-ipc-mode": "string",
+    "default-network-opts": "object",  # 24.0
+    "default-runtime": "string", "default-shm-size": "string", "default-ulimits": "object",
+    "dns": "strings", "dns-opts": "strings", "dns-search": "strings", "exec-opts": "strings",
+    "exec-root": "string", "experimental": "bool", "features": "bool-map", "fixed-cidr": "string",
+    "fixed-cidr-v6": "string", "group": "string", "host-gateway-ip": "string", "hosts": "strings",
+    "icc": "bool", "init": "bool", "init-path": "string", "insecure-registries": "strings", "ip": "string",
+    "ip-forward": "bool", "ip-masq": "bool", "ip6tables": "bool", "iptables": "bool", "ipv6": "bool",
+    "labels": "strings", "live-restore": "bool", "log-driver": "string",
+    "log-format": "string",  # 25.0
+    "log-level": "string", "log-opts": "string-map", "max-concurrent-downloads": "int",
+    "max-concurrent-uploads": "int", "max-download-attempts": "int", "metrics-addr": "string",
+    "mtu": "int", "network-control-plane-mtu": "int", "no-new-privileges": "bool",
+    "node-generic-resources": "strings", "oom-score-adjust": "int", "pidfile": "string",
+    "proxies": "object",  # 23.0
+    "raw-logs": "bool", "registry-mirrors": "strings", "rootless": "bool", "runtimes": "object",
+    "seccomp-profile": "string", "selinux-enabled": "bool", "shutdown-timeout": "int",
+    "storage-driver": "string", "storage-opts": "strings", "swarm-default-advertise-addr": "string",
+    "tls": "bool", "tlscacert": "string", "tlscert": "string", "tlskey": "string", "tlsverify": "bool",
+    "userland-proxy": "bool", "userland-proxy-path": "string", "userns-remap": "string",
+}
+
+_TYPE_WORDS = {
+    "string": 'a string ("...")', "bool": "true or false", "int": "a whole number (no quotes)",
+    "strings": 'an array of strings (["..."])', "string-map": 'an object of strings ({"k": "v"}; '
+    'numbers quoted)', "bool-map": "an object of true/false values", "object": "an object ({...})",
+    "objects": "an array of objects ([{...}])",
+}
+
+KeyProblem = namedtuple("KeyProblem", "key message")
+
+
+def _type_ok(kind, value):
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "strings":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "string-map":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    if kind == "bool-map":
+        return isinstance(value, dict) and all(isinstance(v, bool) for v in value.values())
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "objects":
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+    return True
+
+
+def check_keys(cfg, keys=None, known=None):
+    """dockerd's check of daemon.json keys and value types -> list of ``KeyProblem``.
+
+    ``keys``: the top-level keys to check (default: all of ``cfg``); ``known``: key -> type
+    (default ``KNOWN_KEYS``). An unknown key gets the closest known names as the fix; a wrong type
+    names the type dockerd's JSON decoder needs. Nested checks: ``default-ulimits.<n>`` needs
+    ``Name`` (string), ``Hard``/``Soft`` (whole numbers), ``runtimes.<n>`` an object with a
+    ``path`` string or a ``runtimeType``.
+    """
+    import difflib
+
+    known = KNOWN_KEYS if known is None else known
+    out = []
+    for key in (cfg if keys is None else keys):
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        if key not in known:
+            near = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            out.append(KeyProblem(key, (
+                f"'{key}' is not a daemon.json key dockerd knows: dockerd refuses to start (\"the following "
+                f"directives don't match any configuration option: {key}\").{hint} Fix: correct or remove it "
+                "(docs.docker.com/reference/cli/dockerd/#daemon-configuration-file lists the keys).")))
+            continue
+        kind = known[key]
+        if not _type_ok(kind, value):
+            out.append(KeyProblem(key, (
+                f"'{key}' is {json.dumps(value)} ({type(value).__name__}); dockerd needs {_TYPE_WORDS[kind]} "
+                f"and refuses to start (\"json: cannot unmarshal\"). Fix: give '{key}' {_TYPE_WORDS[kind]}.")))
+            continue
+        if key == "default-ulimits":
+            for name, spec in value.items():
+                bad = not isinstance(spec, dict) or any(
+                    k in spec and not (isinstance(spec[k], int) and not isinstance(spec[k], bool))
+                    for k in ("Hard", "Soft")) or not isinstance(spec.get("Name", name), str)
+                if bad:
+                    out.append(KeyProblem(key, (
+                        f"'default-ulimits.{name}' is {json.dumps(spec)}; dockerd needs "
+                        f'{{"Name": "{name}", "Hard": <whole number>, "Soft": <whole number>}} (-1: unlimited). '
+                        "Fix: give Hard and Soft as numbers, not strings.")))
+        if key == "runtimes":
+            for name, spec in value.items():
+                if not isinstance(spec, dict) or not (isinstance(spec.get("path"), str)
+                                                      or isinstance(spec.get("runtimeType"), str)):
+                    out.append(KeyProblem(key, (
+                        f"'runtimes.{name}' is {json.dumps(spec)}; dockerd needs an object with a \"path\" "
+                        "string (and optional \"runtimeArgs\" array). Fix: "
+                        f'"runtimes": {{"{name}": {{"path": "/usr/bin/<runtime>"}}}}.')))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# ownership: which keys gpucluster manages, what a rerun removes
+# --------------------------------------------------------------------------------------------
+
+Ownership = namedtuple("Ownership", "config changed removed kept taken_over")
+
+
+def leaves(cfg, prefix=()):
+    """[(path tuple, value)]: non-empty objects recurse, anything else (lists too) is a leaf."""
+    out = []
+    for key, value in cfg.items():
+        path = prefix + (key,)
+        if isinstance(value, dict) and value:
+            out.extend(leaves(value, path))
+        else:
+            out.append((path, value))
+    return out
+
+
+_MISSING = object()
+
+
+def _get_exact(cfg, path):
+    node = cfg
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+def _delete_exact(cfg, path):
+    """Delete ``path``; objects left empty by it are deleted too."""
+    parents = [cfg]
+    for key in path[:-1]:
+        parents.append(parents[-1][key])
+    del parents[-1][path[-1]]
+    for depth in range(len(path) - 1, 0, -1):
+        if parents[depth]:
+            break
+        del parents[depth - 1][path[depth - 1]]
+
+
+def dotted(path):
+    return ".".join(path)
+
+
+def merge_contributions(contributions):
+    """[(name, dict)] in order -> one dict; raises ValueError when two set one leaf differently.
+
+    Lists are unioned (as ``merge`` does); two contributions giving one scalar leaf different
+    values is a conflict between roles that no order should silently settle.
+    """
+    out, owner = {}, {}
+    for name, cfg in contributions:
+        if not isinstance(cfg, dict):
+            raise ValueError(f"contribution '{name}' is a {type(cfg).__name__}, not a JSON object")
+        for path, value in leaves(cfg):
+            if isinstance(value, list):
+                continue
+            prev = _get_exact(out, path)
+            if prev is not _MISSING and prev != value:
+                raise ValueError(
+                    f"'{dotted(path)}' is {json.dumps(prev)} from '{owner[path]}' and {json.dumps(value)} "
+                    f"from '{name}'; one daemon.json key has one owner. Fix: set it in one of them only.")
+            owner[path] = name
+        out = merge(out, cfg)
+    return out
+
+
+def own(existing, desired, previous=None, remove=()):
+    """daemon.json after this run, given what gpucluster managed before -> ``Ownership``.
+
+    ``existing``: the file now; ``desired``: every key gpucluster wants this run (the docker role's
+    settings merged with the other roles' contributions); ``previous``: what it wanted on the last
+    run (the record on the node, ``{}`` on the first run); ``remove``: paths to take out anyway.
+
+    Rules, per leaf (an object's scalar members and lists; see ``leaves``):
+    - a leaf gpucluster set before and not now is deleted, if the file still holds the value
+      gpucluster wrote; one the user changed by hand since is kept (``kept``) and reported;
+    - list items gpucluster added before and not now are taken out of the list; the user's items stay;
+    - a desired leaf wins over the file's value; a value that was the user's before (not in
+      ``previous``) is reported in ``taken_over`` (the backup keeps it);
+    - every other key, the user's, is left as it is, in its place.
+    ``changed``: dotted top-level keys whose value differs between ``existing`` and ``config``.
+    """
+    previous = previous or {}
+    out = copy.deepcopy(existing)
+    want = dict(leaves(desired))
+    removed, kept, taken = [], [], []
+    for path, old in leaves(previous):
+        cur = _get_exact(out, path)
+        if cur is _MISSING:
+            continue
+        new = want.get(path, _MISSING)
+        if isinstance(old, list) and isinstance(cur, list):
+            gone = [x for x in old if not (isinstance(new, list) and x in new)]
+            left = [x for x in cur if x not in gone]
+            if not left and new is _MISSING:
+                _delete_exact(out, path)  # the list was all gpucluster's: the key goes
+                removed.append(dotted(path))
+            elif left != cur:
+                parent = _get_exact(out, path[:-1]) if len(path) > 1 else out
+                parent[path[-1]] = left
+                removed.append(dotted(path))
+            continue
+        if new is not _MISSING:
+            continue
+        if cur == old:
+            _delete_exact(out, path)
+            removed.append(dotted(path))
+        else:
+            kept.append(dotted(path))
+    for path, value in want.items():
+        cur = _get_exact(existing, path)
+        if cur is _MISSING or isinstance(value, list) or cur == value:
+            continue
+        if _get_exact(previous, path) is _MISSING:
+            taken.append((dotted(path), cur, value))
+    out = merge(out, desired, remove)
+    changed = [k for k in dict.fromkeys(list(existing) + list(out))
+               if existing.get(k, _MISSING) != out.get(k, _MISSING)]
+    return Ownership(out, changed, removed, kept, taken)

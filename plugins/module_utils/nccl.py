@@ -160,7 +160,9 @@ def check_socket_ifname(value: str, interfaces=None) -> list:
 def parse_nccl_conf(text: str) -> dict:
     """``KEY=VALUE`` lines of an nccl.conf as NCCL reads them (split at the first ``=``).
 
-    Lines without ``=`` and ``#`` comments are skipped; the value is kept verbatim.
+    Lines without ``=`` and ``#`` comments are skipped; the value is kept verbatim. The FIRST
+    line that sets a key wins, as in NCCL: src/misc/param.cc ``setEnvFile`` calls
+    ``setenv(name, value, 0)``, which never overwrites a variable already set.
     """
     out = {}
     for line in str(text).splitlines():
@@ -168,8 +170,57 @@ def parse_nccl_conf(text: str) -> dict:
         if not s or s.startswith("#") or "=" not in s:
             continue
         key, _, value = s.partition("=")
-        out[key.strip()] = value
+        out.setdefault(key.strip(), value)
     return out
+
+
+NCCL_CONF_BEGIN = ("# BEGIN gpucluster nccl_env managed block (first, so NCCL takes these values; "
+                   "edits inside are overwritten)")
+NCCL_CONF_END = "# END gpucluster nccl_env managed block"
+NCCL_CONF_OVERRIDDEN = "# gpucluster: overridden by the managed block above, kept for reference: "
+_LEGACY_HEADER = "# Managed by Ansible (gpucluster)"
+
+
+def merge_nccl_conf(existing, env) -> dict:
+    """New ``/etc/nccl.conf`` text: gpucluster's managed block first, the user's lines kept after it.
+
+    ``existing``: the file's text ('' when absent); ``env``: ``{NAME: value}`` (or the
+    render_nccl_env() result). NCCL takes the first line that sets a variable (see
+    parse_nccl_conf), so the block comes first and wins; a user line outside it that sets a key
+    the block manages would be dead and misleading, so it is commented out
+    (``NCCL_CONF_OVERRIDDEN`` + the line) and listed in ``overridden``. Every other line (comments,
+    NCCL_DEBUG, NCCL_IB_TIMEOUT, ...) is kept as it is, in its order. A file written by an
+    earlier gpucluster version (its ``# Managed by Ansible (gpucluster)`` header) was all
+    gpucluster's: it is replaced. Returns ``{"text", "overridden" (list of lines),
+    "user_lines" (list)}``; rerunning on its own output returns the same text.
+    """
+    body = render_nccl_conf(env).splitlines()[1:]
+    managed = {line.partition("=")[0] for line in body}
+    lines = str(existing or "").splitlines()
+    if lines and lines[0].startswith(_LEGACY_HEADER):
+        lines = []
+    user, inside = [], False
+    for line in lines:
+        if line.startswith(NCCL_CONF_BEGIN.split(" (")[0]):
+            inside = True
+            continue
+        if inside:
+            inside = not line.startswith(NCCL_CONF_END)
+            continue
+        user.append(line)
+    overridden, kept = [], []
+    for line in user:
+        s = line.strip()
+        key = s.partition("=")[0].strip()
+        if s and not s.startswith("#") and "=" in s and key in managed:
+            overridden.append(line)
+            kept.append(NCCL_CONF_OVERRIDDEN + line)
+        else:
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    text = "\n".join([NCCL_CONF_BEGIN] + body + [NCCL_CONF_END] + kept) + "\n"
+    return {"text": text, "overridden": overridden, "user_lines": kept}
 
 
 def lint_nccl_conf(text: str, interfaces=None, gids=None, ipv4=None) -> list:

@@ -82,6 +82,46 @@ options:
     description: Permissions of the file (octal string like C('0644') or symbolic).
     type: raw
     default: '0644'
+  contributions_dir:
+    description:
+      - Directory of other roles' contributions (C(<name>.json), one JSON object each; debops-style
+        dependent configuration). They are merged, in file-name order, before O(contributions) and
+        O(settings). Two sources giving one key different values is refused, naming both.
+      - Missing directory = no contributions.
+    type: path
+  contributions:
+    description: Further named contributions (C(name), C(settings)), merged after O(contributions_dir).
+    type: list
+    elements: dict
+    default: []
+  managed_file:
+    description:
+      - Record of the keys gpucluster manages (what it wanted on the last run). A key in the record
+        that this run does not want any more is removed from the file (if it still holds the value
+        gpucluster wrote); every other key is the user's and is never touched.
+      - Without it nothing is recorded and nothing is removed except O(remove_keys).
+    type: path
+  pending_file:
+    description:
+      - "Restart marker: written before the file changes, holding the changed keys and how to
+        restore the previous file; the caller deletes it after dockerd's verified restart. A marker
+        left by an interrupted run means the running dockerd is older than its configuration."
+      - With O(state=rolled_back), the marker says what to restore.
+    type: path
+  check_keys:
+    description:
+      - Refuse a managed key that dockerd does not know or whose value has the wrong JSON type
+        (dockerd 20.10+ keys; the table is in module_utils/daemon_json.py). Unknown keys the user
+        put there are only warned about.
+    type: bool
+    default: true
+  state:
+    description:
+      - C(merged) merges (the default). C(rolled_back) puts back the file (and record) the
+        O(pending_file) marker names, after a failed restart; fails when there is no marker.
+    type: str
+    choices: [merged, rolled_back]
+    default: merged
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -161,6 +201,20 @@ dockerd_flags:
   sample:
     - {"name": "host", "key": "hosts", "value": "fd://", "source": "/lib/systemd/system/docker.service",
        "text": "-H fd://"}
+changed_keys:
+  description: Top-level keys whose value this run changed (for a rollback, the keys it undid).
+  returned: always
+  type: list
+  elements: str
+removed_keys:
+  description: Managed keys (dotted) taken out because no source wants them any more.
+  returned: always
+  type: list
+  elements: str
+restart_pending:
+  description: Whether dockerd still has to be restarted to run this file (marker present).
+  returned: always
+  type: bool
 validation:
   description: How the new text was validated (C(dockerd --validate) or this module's checks only, and why).
   returned: always
@@ -170,22 +224,26 @@ validation:
 
 import functools
 import glob
+import json
 import os
 import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import (
+    KNOWN_KEYS,
     DaemonJsonError,
+    check_keys,
     conflicts,
     decode,
     dockerd_flags,
     environment_files,
     get_path,
     load,
-    merge,
+    merge_contributions,
     missing_runtimes,
     order_unit_files,
+    own,
     render,
 )
 
@@ -205,6 +263,12 @@ ARGUMENT_SPEC = dict(
     check_runtimes=dict(type="bool", default=True),
     fail_on_existing_conflicts=dict(type="bool", default=False),
     mode=dict(type="raw", default="0644"),
+    contributions_dir=dict(type="path"),
+    contributions=dict(type="list", elements="dict", default=[]),
+    managed_file=dict(type="path"),
+    pending_file=dict(type="path"),
+    check_keys=dict(type="bool", default=True),
+    state=dict(type="str", choices=["merged", "rolled_back"], default="merged"),
 )
 
 
@@ -269,11 +333,87 @@ def _validate(module, path, text):
     return "dockerd --validate"
 
 
+def _write_atomic(module, dest, text, mode):
+    directory = os.path.dirname(dest) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", dir=directory)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode("utf-8"))
+    if mode is not None:
+        os.chmod(tmp, mode)
+    module.atomic_move(tmp, dest)
+
+
+def _contributions(module, p):
+    """[(name, settings)]: the directory's files in name order, then ``contributions``, then ``settings``."""
+    out = []
+    d = p["contributions_dir"]
+    if d and os.path.isdir(d):
+        for f in sorted(glob.glob(os.path.join(d, "*.json"))):
+            try:
+                cfg = load(_read_text(module, f) or "", f)
+            except DaemonJsonError as exc:
+                module.fail_json(msg=f"not writing {p['path']}: contribution {exc}", path=p["path"])
+            out.append((f, cfg))
+    for c in p["contributions"]:
+        if not isinstance(c.get("settings"), dict) or not c.get("name"):
+            module.fail_json(msg=f"contributions: each item needs 'name' and a dict 'settings', got {c!r}")
+        out.append((c["name"], c["settings"]))
+    if p["settings"]:
+        out.append(("settings", p["settings"]))
+    return out
+
+
+def _read_pending(module, pending_file):
+    if not pending_file:
+        return None
+    text = _read_text(module, pending_file)
+    if text is None:
+        return None
+    try:
+        pending = json.loads(text)
+        pending["changed_keys"] = list(pending.get("changed_keys", []))
+        return pending
+    except (ValueError, AttributeError, TypeError):
+        module.warn(f"{pending_file}: not a restart marker; treated as a restart owed with nothing to roll back")
+        return dict(backup_file="", existed_before=True, managed_before=None, changed_keys=[])
+
+
+def rollback(module):
+    """Put back the daemon.json (and record) the marker names; the caller restarts dockerd."""
+    p = module.params
+    path = p["path"]
+    pending = _read_pending(module, p["pending_file"]) if p["pending_file"] else None
+    if pending is None:
+        module.fail_json(msg=f"no restart marker at {p['pending_file']}: nothing to roll back", path=path)
+    restored = "nothing (no backup recorded)"
+    if not module.check_mode:
+        backup = pending.get("backup_file") or ""
+        if backup and os.path.exists(backup):
+            with open(backup, "rb") as f:
+                _write_atomic(module, path, f.read().decode("utf-8"), None)
+            restored = backup
+        elif not pending.get("existed_before", True) and os.path.exists(path):
+            os.remove(path)
+            restored = "no file (there was none before)"
+        if p["managed_file"]:
+            before = pending.get("managed_before")
+            if before:
+                _write_atomic(module, p["managed_file"], before, 0o644)
+            elif os.path.exists(p["managed_file"]):
+                os.remove(p["managed_file"])
+    module.exit_json(changed=True, path=path, restored=restored, changed_keys=pending["changed_keys"],
+                     removed_keys=[], restart_pending=True, backup_file=pending.get("backup_file") or "")
+
+
 def run(module, which=None):
     """The module's work on ``module.params``; ends in exit_json / fail_json."""
     p = module.params
     path = p["path"]
     which = which or functools.partial(shutil.which, path=SYSTEMD_PATH)
+    if p["state"] == "rolled_back":
+        rollback(module)
 
     try:
         before_text = _read_text(module, path)
@@ -282,7 +422,34 @@ def run(module, which=None):
         module.fail_json(msg=str(exc), path=path, line=exc.lineno, column=exc.colno,
                          problems=[dict(x._asdict()) for x in exc.problems])
     before_text = before_text or ""
-    merged = merge(existing, p["settings"], p["remove_keys"])
+    sources = _contributions(module, p)
+    try:
+        desired = merge_contributions(sources)
+    except ValueError as exc:
+        module.fail_json(msg=f"not writing {path}: {exc}", path=path)
+    if p["check_keys"]:
+        bad = check_keys(desired)
+        if bad:
+            module.fail_json(
+                msg=f"not writing {path} (nothing changed): " + " ".join(b.message for b in bad),
+                path=path, invalid_keys=[b.key for b in bad])
+        for b in check_keys(existing, [k for k in existing if k not in KNOWN_KEYS and k not in desired]):
+            module.warn(f"{path} (a key not managed by gpucluster, left as it is): {b.message}")
+    previous, managed_before_text = {}, None
+    if p["managed_file"]:
+        managed_before_text = _read_text(module, p["managed_file"])
+        try:
+            previous = json.loads(managed_before_text).get("managed", {}) if managed_before_text else {}
+        except (ValueError, AttributeError):
+            module.warn(f"{p['managed_file']} is not a gpucluster record; starting a new one (nothing removed)")
+    plan = own(existing, desired, previous, p["remove_keys"])
+    merged = plan.config
+    for key in plan.kept:
+        module.warn(f"{path}: '{key}' was set by gpucluster and is not wanted any more, but its value was "
+                    "changed by hand since; left as it is (remove it by hand, or via remove_keys).")
+    for key, old, new in plan.taken_over:
+        module.warn(f"{path}: '{key}' was {json.dumps(old)} (not set by gpucluster), now {json.dumps(new)}; "
+                    "the old file is kept in the backup.")
 
     units, env = _unit_texts(module, p["unit_paths"])
     flags = dockerd_flags(units, env)
@@ -311,24 +478,37 @@ def run(module, which=None):
         validation = _validate(module, path, after_text)
 
     backup_file = ""
+    pending = _read_pending(module, p["pending_file"])
     if content_changed and not module.check_mode:
-        if p["backup"] and os.path.exists(path):
+        existed = os.path.exists(path)
+        if existed and (p["backup"] or p["pending_file"]):
             backup_file = module.backup_local(path)
-        directory = os.path.dirname(path) or "."
-        if not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
-        fd, tmp = tempfile.mkstemp(prefix=".daemon.json.", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(after_text.encode("utf-8"))
-        module.atomic_move(tmp, path)
+        if p["pending_file"]:
+            # Before the file changes: an interruption from here on leaves the marker, so the next
+            # run restarts dockerd. A marker already there keeps the state dockerd still runs.
+            if pending is None:
+                pending = dict(backup_file=backup_file, existed_before=existed,
+                               managed_before=managed_before_text, changed_keys=[])
+            pending["changed_keys"] = list(dict.fromkeys(pending["changed_keys"] + plan.changed))
+            _write_atomic(module, p["pending_file"], json.dumps(pending, indent=2) + "\n", 0o600)
+        _write_atomic(module, path, after_text, None)
 
     changed = content_changed
     if os.path.exists(path):
         changed = module.set_mode_if_different(path, p["mode"], changed)
+    if p["managed_file"]:
+        record = json.dumps(dict(managed=desired, sources=[n for n, _ in sources]), indent=2,
+                            sort_keys=True) + "\n"
+        if record != (managed_before_text or ""):
+            changed = True
+            if not module.check_mode:
+                _write_atomic(module, p["managed_file"], record, 0o644)
 
     result = dict(
         changed=changed, path=path, config=merged, backup_file=backup_file,
         dockerd_flags=[dict(f._asdict()) for f in flags], validation=validation,
+        changed_keys=plan.changed, removed_keys=plan.removed,
+        restart_pending=pending is not None or (module.check_mode and content_changed),
     )
     if module._diff:
         result["diff"] = dict(before=before_text, after=after_text,

@@ -322,3 +322,49 @@ def test_lint_nccl_conf_checks_the_gid_index_against_the_node():
     assert len(findings) == 1 and "NCCL_IB_GID_INDEX=1" in findings[0] and "index 3" in findings[0]
     assert lint_nccl_conf(conf.replace("=1", "=3"), gids=gid_text) == []
     assert lint_nccl_conf(conf) == []  # without the table nothing is claimed
+
+
+# --- /etc/nccl.conf shared with the user: one managed block, user lines kept ------------------
+
+def test_parse_nccl_conf_first_line_wins_as_in_nccl_setenv_no_overwrite():
+    assert parse_nccl_conf("NCCL_DEBUG=WARN\nNCCL_DEBUG=INFO\n") == {"NCCL_DEBUG": "WARN"}
+
+
+def test_merge_nccl_conf_keeps_user_lines_and_comments_out_the_c29_line():
+    from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl import (
+        NCCL_CONF_BEGIN,
+        NCCL_CONF_END,
+        merge_nccl_conf,
+    )
+    # C29: the image appended NCCL_SOCKET_IFNAME=^docker0 (it lets NCCL pick lo).
+    c29 = fixture_text("nccl-network/C29_nccl_socket_ifname_exclude_docker0_selects_lo."
+                       "1-nccl-conf-line-written-by-the-image.txt")
+    image_line = c29.split(">>")[0].replace("echo ", "").strip()
+    assert image_line == "NCCL_SOCKET_IFNAME=^docker0"
+    user = f"# site tuning\nNCCL_DEBUG=INFO\n{image_line}\nNCCL_IB_TIMEOUT=22\n"
+    env = {"NCCL_SOCKET_IFNAME": "=data0,eth0", "NCCL_IB_HCA": "=mlx5_0:1"}
+    out = merge_nccl_conf(user, env)
+    lines = out["text"].splitlines()
+    assert lines[0] == NCCL_CONF_BEGIN and lines[3] == NCCL_CONF_END
+    assert lines[1:3] == ["NCCL_IB_HCA==mlx5_0:1", "NCCL_SOCKET_IFNAME==data0,eth0"]
+    assert lines[4:] == ["# site tuning", "NCCL_DEBUG=INFO",
+                         "# gpucluster: overridden by the managed block above, kept for reference: "
+                         "NCCL_SOCKET_IFNAME=^docker0", "NCCL_IB_TIMEOUT=22"]
+    assert out["overridden"] == [image_line]
+    read = parse_nccl_conf(out["text"])  # what NCCL reads
+    assert read == {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=data0,eth0", "NCCL_DEBUG": "INFO",
+                    "NCCL_IB_TIMEOUT": "22"}
+    # rerun on its own output: same text; a changed plan replaces only the block
+    assert merge_nccl_conf(out["text"], env)["text"] == out["text"]
+    again = merge_nccl_conf(out["text"], {"NCCL_SOCKET_IFNAME": "=eth0"})
+    assert again["text"].splitlines()[1:3] == ["NCCL_SOCKET_IFNAME==eth0", NCCL_CONF_END]
+    assert again["text"].splitlines()[3:] == lines[4:]
+
+
+def test_merge_nccl_conf_replaces_a_file_an_older_gpucluster_wrote_whole():
+    from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl import merge_nccl_conf
+    old = render_nccl_conf({"NCCL_SOCKET_IFNAME": "=eth0", "NCCL_DEBUG": "WARN"})
+    out = merge_nccl_conf(old, {"NCCL_SOCKET_IFNAME": "=eth1"})
+    assert parse_nccl_conf(out["text"]) == {"NCCL_SOCKET_IFNAME": "=eth1"}
+    assert out["overridden"] == [] and out["user_lines"] == []
+    assert merge_nccl_conf("", {"NCCL_SOCKET_IFNAME": "=eth1"})["text"] == out["text"]

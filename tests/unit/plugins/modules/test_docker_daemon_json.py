@@ -296,3 +296,107 @@ def test_dockerd_without_validate_relies_on_module_checks(run, tmp_path, monkeyp
     result = run(path=str(path), settings={"log-level": "warn"})
     assert result["changed"] is True
     assert result["validation"] == "module checks only: dockerd has no --validate (Docker < 23.0)"
+
+
+# --- one owner: contributions, the record of managed keys, the restart marker, rollback -------
+
+RDMA_ULIMITS = {"default-ulimits": {"memlock": {"Name": "memlock", "Soft": -1, "Hard": -1}}}
+
+
+@pytest.fixture(autouse=True)
+def one_pid_per_run(monkeypatch):
+    """Each module run is its own process on a node, so backup_local's <pid>.<time> names differ;
+    here all runs share one pid within a second, which would make a later backup overwrite one
+    the restart marker still points at."""
+    import itertools
+    counter = itertools.count(1000)
+    monkeypatch.setattr(os, "getpid", lambda: next(counter))
+
+
+def owner_args(tmp_path, **extra):
+    gc = tmp_path / "etc/gpucluster"
+    args = dict(path=str(tmp_path / "etc/docker/daemon.json"), contributions_dir=str(gc / "docker.d"),
+                managed_file=str(gc / "daemon-json-managed.json"),
+                pending_file=str(tmp_path / "run/gpucluster/docker-restart-pending.json"))
+    args.update(extra)
+    return args
+
+
+def test_contribution_files_merge_and_a_dropped_one_leaves_the_file_user_keys_stay(run, tmp_path, toolkit):
+    original = fixture_text(C15 + ".1-daemon-json-before.txt")
+    path = write(tmp_path / "etc/docker/daemon.json", original)
+    rdma = write(tmp_path / "etc/gpucluster/docker.d/rdma.json", json.dumps(RDMA_ULIMITS))
+    write(tmp_path / "etc/gpucluster/docker.d/nvidia_container_toolkit.json", json.dumps(NVIDIA_RUNTIME))
+    args = owner_args(tmp_path, settings={"log-driver": "json-file"})
+
+    first = run(**args)
+    cfg = load(path.read_text())
+    assert first["changed"] and cfg["hosts"] == load(original)["hosts"]
+    assert cfg["default-ulimits"] == RDMA_ULIMITS["default-ulimits"] and "nvidia" in cfg["runtimes"]
+    record = json.loads((tmp_path / "etc/gpucluster/daemon-json-managed.json").read_text())
+    assert record["managed"]["default-ulimits"] == RDMA_ULIMITS["default-ulimits"]
+    pending = json.loads((tmp_path / "run/gpucluster/docker-restart-pending.json").read_text())
+    assert first["restart_pending"] and pending["backup_file"] == first["backup_file"]
+    assert set(pending["changed_keys"]) == {"default-ulimits", "runtimes", "log-driver"}
+
+    rdma.unlink()
+    second = run(**args)
+    cfg2 = load(path.read_text())
+    assert second["changed"] and "default-ulimits" not in cfg2 and cfg2["hosts"] == load(original)["hosts"]
+    assert "default-ulimits.memlock.Soft" in second["removed_keys"]
+    # the marker still points at the file dockerd runs (the original), keys accumulated
+    pending2 = json.loads((tmp_path / "run/gpucluster/docker-restart-pending.json").read_text())
+    assert pending2["backup_file"] == first["backup_file"] and "default-ulimits" in pending2["changed_keys"]
+
+    (tmp_path / "run/gpucluster/docker-restart-pending.json").unlink()  # the verified restart
+    third = run(**args)
+    assert third["changed"] is False and third["restart_pending"] is False
+
+
+def test_an_unknown_or_mistyped_managed_key_is_refused_before_anything_is_written(run, tmp_path):
+    path = write(tmp_path / "etc/docker/daemon.json", '{"dns": ["192.0.2.53"]}\n')
+    result = run(**owner_args(tmp_path, settings={"log-driver": "json-file", "insecure-registry": ["r:5000"]}))
+    assert result["failed"] and result["invalid_keys"] == ["insecure-registry"]
+    assert "Did you mean 'insecure-registries'" in result["msg"]
+    assert path.read_text() == '{"dns": ["192.0.2.53"]}\n'
+    assert not (tmp_path / "etc/gpucluster/daemon-json-managed.json").exists()
+    assert not (tmp_path / "run/gpucluster").exists()
+
+
+def test_two_sources_disagreeing_is_refused_naming_both(run, tmp_path):
+    write(tmp_path / "etc/gpucluster/docker.d/rdma.json", json.dumps(RDMA_ULIMITS))
+    result = run(**owner_args(tmp_path, settings={"default-ulimits": {"memlock": {
+        "Name": "memlock", "Soft": 65536, "Hard": 65536}}}))
+    assert result["failed"] and "rdma.json" in result["msg"] and "'settings'" in result["msg"]
+    assert not (tmp_path / "etc/docker/daemon.json").exists()
+
+
+def test_a_users_unknown_key_is_only_a_warning(run, tmp_path):
+    write(tmp_path / "etc/docker/daemon.json", '{"ip-forward-no-drop": true}\n')
+    result = run(**owner_args(tmp_path, settings={"log-driver": "json-file"}))
+    assert result["changed"] and any("ip-forward-no-drop" in w for w in result["warning_texts"])
+
+
+def test_rollback_restores_the_file_and_the_record_the_marker_names(run, tmp_path):
+    original = '{"dns": ["192.0.2.53"]}\n'
+    path = write(tmp_path / "etc/docker/daemon.json", original)
+    args = owner_args(tmp_path, settings={"log-driver": "json-file"})
+    run(**args)
+    args2 = owner_args(tmp_path, settings={"log-driver": "json-file", "data-root": "/proc/docker"})
+    run(**args2)
+    assert load(path.read_text())["data-root"] == "/proc/docker"
+    back = run(state="rolled_back", **args2)
+    assert back["changed"] and set(back["changed_keys"]) == {"log-driver", "data-root"}
+    assert path.read_text() == original
+    assert not (tmp_path / "etc/gpucluster/daemon-json-managed.json").exists()  # none before run 1
+
+
+def test_rollback_of_a_file_that_did_not_exist_removes_it_and_without_marker_fails(run, tmp_path):
+    args = owner_args(tmp_path, settings={"log-driver": "json-file"})
+    run(**args)
+    assert (tmp_path / "etc/docker/daemon.json").exists()
+    back = run(state="rolled_back", **args)
+    assert back["restored"].startswith("no file") and not (tmp_path / "etc/docker/daemon.json").exists()
+    (tmp_path / "run/gpucluster/docker-restart-pending.json").unlink()
+    again = run(state="rolled_back", **args)
+    assert again["failed"] and "nothing to roll back" in again["msg"]

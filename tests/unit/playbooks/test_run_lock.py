@@ -1,0 +1,108 @@
+"""The run lock (roles/preflight/tasks/lock.yml, unlock.yml), run for real on this machine
+(connection local) with the lock file under tmp_path: a second run is refused naming the
+first, a lock whose run is gone or too old is taken over with a warning, force takes any lock,
+and a run releases only its own lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def _play(tmp_path, *, unlock=False, **extra):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-x": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    book = tmp_path / "lock.yml"
+    tasks = [{"name": "Lock", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "lock.yml"}}]
+    if unlock:
+        tasks.append({"name": "Unlock", "ansible.builtin.include_role": {"name": "preflight",
+                                                                         "tasks_from": "unlock.yml"}})
+    book.write_text(yaml.safe_dump([{"name": "Lock test", "hosts": "gpu_nodes", "gather_facts": False,
+                                     "tasks": tasks}]))
+    extra.setdefault("preflight_lock_path", str(tmp_path / "gpucluster/run.lock"))
+    ev = tmp_path / "extra.yml"
+    ev.write_text(yaml.safe_dump(extra))
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "-e", f"@{ev}", str(book)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env={"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                            "HOME": str(tmp_path), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    return r, r.stdout + r.stderr
+
+
+def _lock(tmp_path):
+    return tmp_path / "gpucluster/run.lock"
+
+
+def _hold(tmp_path, **holder):
+    base = {"id": "other-run", "controller": os.uname().nodename, "user": "alice", "pid": os.getpid(),
+            "started": "2026-12-01T10:00:00Z", "epoch": int(time.time()), "playbook": "site.yml", "node": "node-x"}
+    base.update(holder)
+    _lock(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+    _lock(tmp_path).write_text(json.dumps(base) + "\n")
+    return base
+
+
+def test_a_run_takes_the_lock_naming_itself_and_releases_it(tmp_path):
+    r, out = _play(tmp_path)
+    assert r.returncode == 0, out
+    held = json.loads(_lock(tmp_path).read_text())
+    assert held["controller"] == os.uname().nodename and held["node"] == "node-x"
+    assert held["pid"] > 1 and held["user"] and held["started"].endswith("Z") and held["epoch"] > 0
+    assert str(tmp_path / "lock.yml") in held["playbook"]
+    # that ansible-playbook is gone: the next run takes the lock over, with a warning, and releases it
+    r, out = _play(tmp_path, unlock=True)
+    assert r.returncode == 0, out
+    assert "WARNING node-x: taking over" in out and "its ansible-playbook process is gone" in out
+    assert not _lock(tmp_path).exists()
+
+
+def test_a_second_run_is_refused_naming_the_first_and_changes_nothing(tmp_path):
+    holder = _hold(tmp_path)  # pid = this pytest process: alive
+    before = _lock(tmp_path).read_text()
+    r, out = _play(tmp_path, unlock=True)
+    assert r.returncode != 0, out
+    assert f"another gpucluster run holds {_lock(tmp_path)}: alice@{holder['controller']} pid {os.getpid()}" in out
+    assert "started 2026-12-01T10:00:00Z" in out and "site.yml" in out
+    assert "preflight_lock_force=true" in out
+    assert _lock(tmp_path).read_text() == before
+
+
+def test_another_controllers_lock_is_refused_until_it_is_stale_or_forced(tmp_path):
+    _hold(tmp_path, controller="ctl-b", pid=1)
+    r, out = _play(tmp_path)
+    assert r.returncode != 0 and "alice@ctl-b pid 1" in out, out
+    r, out = _play(tmp_path, preflight_lock_force=True)
+    assert r.returncode == 0 and "preflight_lock_force is true" in out, out
+    assert json.loads(_lock(tmp_path).read_text())["controller"] == os.uname().nodename
+
+    _hold(tmp_path, controller="ctl-b", pid=1, epoch=int(time.time()) - 13 * 3600)
+    r, out = _play(tmp_path, unlock=True)
+    assert r.returncode == 0 and "older than 12 h" in out, out
+    assert not _lock(tmp_path).exists()
+
+
+def test_unlock_never_removes_another_runs_lock(tmp_path):
+    # The lock is another run's (held, so this run fails at Lock and never gets to Unlock);
+    # unlock alone, as the last play of a run that did not take it, leaves it too.
+    _hold(tmp_path)
+    book = tmp_path / "unlock.yml"
+    book.write_text(yaml.safe_dump([{"name": "Unlock only", "hosts": "gpu_nodes", "gather_facts": False,
+                                     "tasks": [{"name": "Unlock", "ansible.builtin.include_role": {
+                                         "name": "preflight", "tasks_from": "unlock.yml"}}]}]))
+    _play(tmp_path)  # writes the inventory; refused
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "-e",
+                        f"preflight_lock_path={_lock(tmp_path)}", str(book)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
+                                                    "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(_lock(tmp_path).read_text())["id"] == "other-run"
