@@ -108,9 +108,9 @@ def pytest_collection_modifyitems(config, items):
     beside the molecule scenarios on the other.
 
     ``tryfirst``: xdist's own hook turns the ``xdist_group`` marks into the node-id suffix its
-    scheduler groups by, and this conftest is loaded before xdist's worker plugin registers, so
-    without it the marks come too late and the tests spread over both workers (teardown then
-    runs in the middle of the benchmark)."""
+    scheduler groups by, so the marks must be on the items before it runs, whatever order the
+    plugins registered in. (CI's split of this group was pytest 9.2 ignoring that suffix,
+    pytest-dev/pytest-xdist#1386; tests/unit/test_test_runner.py checks the installed pair.)"""
     here = Path(__file__).parent
     for item in items:
         path = Path(str(item.fspath))
