@@ -66,4 +66,4 @@ def test_site_imports_stages_in_order():
     site = _load(ROOT / "playbooks/site.yml")
     assert [s["ansible.builtin.import_playbook"] for s in site] == [
         "preflight.yml", "host_stack.yml", "network.yml", "docker.yml",
-        "nvidia_container_toolkit.yml", "training.yml", "unlock.yml"]
+        "nvidia_container_toolkit.yml", "training.yml", "health.yml", "unlock.yml"]

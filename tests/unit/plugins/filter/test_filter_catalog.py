@@ -22,7 +22,7 @@ FQCN = re.compile(r"gpucluster\.cluster\.([A-Za-z_][A-Za-z0-9_]*)")
 PIPE = re.compile(r"\|\s*((?:gpucluster\.cluster\.)?)([A-Za-z_][A-Za-z0-9_]*)\b")
 
 FILES = {
-    "benchmark", "diagnose", "gpudirect", "hugepages", "inventory", "k8s", "multi_nic", "nccl",
+    "benchmark", "diagnose", "gpudirect", "health", "hugepages", "inventory", "k8s", "multi_nic", "nccl",
     "nvidia_driver", "rdma", "runtime",
 }
 
