@@ -23,12 +23,12 @@ echo "== tests"
 if [ "$what" = unit ]; then
   exec pytest -q tests/unit
 fi
-# One pytest run, so one summary line counts everything. Three workers (pytest-xdist): the
+# One pytest run, so one summary line counts everything. Two workers (pytest-xdist): the
 # integration tests stay together, in this order, on one worker (their sandbox; teardown last),
-# while the other two take the molecule scenarios (their own apt cache and network) and the unit
-# tests; most of a scenario's time is waiting on apt, dpkg and systemd, so two scenarios beside
-# the sandbox fit on 2 cores (issue 11: the sandbox worker alone is ~60 min of the run).
-exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-3}" --dist loadgroup --durations=15 tests/unit tests/molecule \
+# while the other takes the molecule scenarios (their own apt cache and network) and the unit
+# tests. Not three: a converge keeps both cores ~90% busy (vmstat), so a third worker would
+# only stretch the sandbox worker, the run's longest path.
+exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-2}" --dist loadgroup --durations=15 tests/unit tests/molecule \
   tests/integration/test_packaging.py \
   tests/integration/test_sandbox.py tests/integration/test_health.py tests/integration/test_membership.py \
   tests/integration/test_benchmark.py tests/integration/test_teardown.py

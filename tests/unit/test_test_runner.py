@@ -1,6 +1,6 @@
 """The test runner's grouping, as scripts/test.sh uses it, really keeps a group on one worker.
 
-scripts/test.sh runs everything in one ``pytest -n 3 --dist loadgroup``; the sandbox tests share
+scripts/test.sh runs everything in one ``pytest -n 2 --dist loadgroup``; the sandbox tests share
 one cluster and must run on one worker in file order (tests/integration/conftest.py marks them
 ``xdist_group("sandbox")``). pytest 9.2 with pytest-xdist 3.8 silently stopped honouring the
 mark (pytest-dev/pytest-xdist#1386) and CI tore the sandbox down in the middle of the benchmark.
