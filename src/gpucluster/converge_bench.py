@@ -6,10 +6,11 @@ alike):
 
 - **fresh**: ``ansible-playbook site.yml`` on new nodes (wall seconds, controller CPU);
 - **noop**: ``site.yml`` again on the converged nodes (nothing should change);
-- **raw**: the same package work done by hand on new nodes, over SSH, all nodes in parallel: one
+- **raw**: the same package work done by hand on new nodes, over SSH, all nodes in parallel: the
+  apt sources, keys and pins site.yml configured (copied from the node it converged), one
   ``apt-get update``, one ``apt-get install`` of the packages site.yml installed (the manual
-  packages it added, read back from the node it converged: ``apt-mark showmanual``), the
-  registry made trusted, then the training image logged in, pulled and run.
+  packages it added, read back from that node: ``apt-mark showmanual``), the registry made
+  trusted, then the training image logged in, pulled and run.
 
 The arms are interleaved (fresh, noop, raw, fresh, noop, raw ...) so that a machine that slows
 down during the run slows every arm. Each figure is the median over the rounds. Controller CPU
@@ -237,13 +238,30 @@ def inventory_hosts(inventory: Path) -> dict[str, dict[str, Any]]:
     return hosts
 
 
-def raw_script(packages: Sequence[str], registry: str, user: str, password: str, image: str) -> str:
-    """The hand-written equivalent of site.yml's package and image work on one node."""
+#: What apt reads its sources, keys and pins from: copied from the converged node to the raw
+#: arm's new nodes (site.yml's driver, toolkit and docker stages add sources there).
+APT_SOURCE_PATHS = ("etc/apt/sources.list", "etc/apt/sources.list.d", "etc/apt/keyrings", "etc/apt/trusted.gpg.d",
+                    "etc/apt/preferences.d", "usr/share/keyrings")
+
+
+def apt_sources_script(root: str = "/") -> str:
+    """Shell that writes a gzipped tar of :data:`APT_SOURCE_PATHS` under ``root`` (those present)
+    to stdout."""
+    paths = " ".join(shlex.quote(p) for p in APT_SOURCE_PATHS)
+    return f"cd {shlex.quote(root)} && tar -czf - $(for p in {paths}; do [ -e \"$p\" ] && echo \"$p\"; done)"
+
+
+def raw_script(packages: Sequence[str], registry: str, user: str, password: str, image: str,
+               sources_on_stdin: bool = False) -> str:
+    """The hand-written equivalent of site.yml's package and image work on one node. With
+    ``sources_on_stdin`` it first unpacks the tar of apt sources (:func:`apt_sources_script`)
+    it reads on stdin."""
     pkgs = " ".join(shlex.quote(p) for p in packages)
     reg = shlex.quote(json.dumps({"insecure-registries": [registry]}))
     return "\n".join([
         "set -e",
         "export DEBIAN_FRONTEND=noninteractive",
+        "tar -xzf - -C /" if sources_on_stdin else "true",
         "apt-get update -qq",
         f"apt-get install -y -qq --no-install-recommends {pkgs} >/dev/null" if pkgs else "true",
         "mkdir -p /etc/docker",
@@ -273,6 +291,7 @@ class ConvergeBench:
         self.name = name
         self.log = log
         self.packages: list[str] = []
+        self.apt_sources: bytes = b""
 
     def _sandbox(self, nodes: int):
         from gpucluster.sandbox import Sandbox, SandboxConfig
@@ -298,6 +317,13 @@ class ConvergeBench:
                            capture_output=True, text=True, check=True)
         return sorted(set(r.stdout.split()))
 
+    def read_apt_sources(self, inventory: Path) -> bytes:
+        """The apt sources, keys and pins of the first node, as a gzipped tar."""
+        hosts = inventory_hosts(inventory)
+        first = sorted(hosts)[0]
+        return subprocess.run(ssh_argv(inventory.parent, hosts[first]["ansible_host"], apt_sources_script()),
+                              capture_output=True, check=True).stdout
+
     def run_site(self, inventory: Path, env: Mapping[str, str]) -> tuple[float, float, int]:
         wall, cpu, rc, _ = timed(["ansible-playbook", "-i", str(inventory), "site.yml"], cwd=self.root, env=env,
                                  log=self.log)
@@ -310,17 +336,19 @@ class ConvergeBench:
         group_vars = yaml.safe_load((inventory.parent / "group_vars" / "all" / "sandbox.yml").read_text())
         registry = f"{self.name}-infra:{REGISTRY_PORT}"
         password = (inventory.parent / ".registry-password").read_text().strip()
-        script = raw_script(self.packages, registry, REGISTRY_USER, password, str(group_vars["training_image_ref"]))
+        script = raw_script(self.packages, registry, REGISTRY_USER, password, str(group_vars["training_image_ref"]),
+                            sources_on_stdin=bool(self.apt_sources))
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             results = list(pool.map(
                 lambda hv: subprocess.run(ssh_argv(inventory.parent, hv["ansible_host"], script),
-                                          capture_output=True, text=True, check=False),
+                                          input=self.apt_sources, capture_output=True, check=False),
                 hosts.values()))
         wall = time.monotonic() - t0
         rc = max(r.returncode for r in results)
         if rc:
-            self.log("raw arm failed: " + " | ".join((r.stdout + r.stderr)[-800:] for r in results if r.returncode))
+            self.log("raw arm failed: " + " | ".join((r.stdout + r.stderr).decode(errors="replace")[-800:]
+                                                     for r in results if r.returncode))
         return wall, 0.0, rc
 
     def run(self, node_counts: Sequence[int], rounds: int, env: Mapping[str, str]) -> list[Sample]:
@@ -337,7 +365,9 @@ class ConvergeBench:
                 samples.append(Sample(n, r, "fresh", round(wall, 2), round(cpu, 2), rc))
                 if rc == 0 and not self.packages:
                     self.packages = sorted(set(self.manual_packages(inv)) - before)
-                    self.log(f"package work: {len(self.packages)} manual packages")
+                    self.apt_sources = self.read_apt_sources(inv)
+                    self.log(f"package work: {len(self.packages)} manual packages, apt sources "
+                             f"{len(self.apt_sources)} bytes (tar.gz)")
                 self.log(f"round {r}, {n} node(s): no-op rerun")
                 wall, cpu, rc = self.run_site(inv, env)
                 samples.append(Sample(n, r, "noop", round(wall, 2), round(cpu, 2), rc))

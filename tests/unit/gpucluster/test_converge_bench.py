@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import tarfile
 
 import pytest
 
 from gpucluster.converge_bench import (
     Sample,
+    apt_sources_script,
     goals,
     parse_nodes,
     raw_script,
@@ -86,3 +90,24 @@ def test_raw_script_does_the_package_and_image_work():
     assert '{"insecure-registries": ["reg:5000"]}' in text
     assert "'p w'" in text and "docker pull -q reg:5000/train:1" in text
     assert "docker run -d --name gpucluster-raw" in text
+
+
+def test_raw_script_unpacks_the_converged_nodes_apt_sources_before_its_one_update(tmp_path):
+    """The raw arm installs from the sources site.yml added (the driver stage's contrib/non-free,
+    NVIDIA's repos): without them a fresh node has no candidate for nvidia-smi (the first real
+    run of the bench failed so)."""
+    node = tmp_path / "node"
+    (node / "etc/apt/sources.list.d").mkdir(parents=True)
+    (node / "etc/apt/sources.list.d/nvidia.sources").write_text("Types: deb\n")
+    (node / "usr/share/keyrings").mkdir(parents=True)
+    (node / "usr/share/keyrings/nvidia.gpg").write_bytes(b"\x99key")
+    (node / "etc/apt/apt.conf.d").mkdir(parents=True)
+    (node / "etc/apt/apt.conf.d/01proxy").write_text("proxy\n")
+    tar = subprocess.run(["bash", "-c", apt_sources_script(str(node))], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        names = sorted(archive.getnames())
+    assert names == ["etc/apt/sources.list.d", "etc/apt/sources.list.d/nvidia.sources", "usr/share/keyrings",
+                     "usr/share/keyrings/nvidia.gpg"]
+    text = raw_script(["nvidia-smi"], "reg:5000", "u", "p", "reg:5000/t:1", sources_on_stdin=True)
+    assert text.index("tar -xzf - -C /") < text.index("apt-get update")
+    assert "tar -xzf" not in raw_script(["x"], "r", "u", "p", "i")
