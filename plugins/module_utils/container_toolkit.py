@@ -285,8 +285,8 @@ def container_device_requests(gpus, path) -> list:
 
     ``gpus``: ``""`` (none), ``all``, or a comma list of indices / ``GPU-<uuid>`` / ``MIG-<uuid>``.
     ``legacy``: the ``--gpus`` request (driver nvidia, capability gpu, count -1 or device ids);
-    ``cdi``: one ``cdi`` request naming ``nvidia.com/gpu=<id>`` for each (``=all`` for all), what
-    ``docker run --device nvidia.com/gpu=all`` sends. ValueError for anything else.
+    ``cdi``: one ``cdi`` request (count 0) naming ``nvidia.com/gpu=<id>`` for each (``=all`` for
+    all), what ``docker run --device nvidia.com/gpu=all`` sends. ValueError for anything else.
     """
     if path not in MODES:
         raise ValueError(f"GPU request path {path!r} is not one of {', '.join(MODES)}")
@@ -302,7 +302,9 @@ def container_device_requests(gpus, path) -> list:
         req = {"driver": "nvidia", "capabilities": [["gpu"]]}
         req.update({"count": -1} if ids is None else {"device_ids": ids})
         return [req]
-    return [{"driver": "cdi", "device_ids": [f"{CDI_KIND}={g}" for g in (ids or ["all"])]}]
+    # count 0 as dockerd stores it (moby daemon/cdi.go refuses any other count for the cdi driver);
+    # given explicitly so community.docker's comparison (every given key equal) sees no change on a rerun.
+    return [{"driver": "cdi", "count": 0, "device_ids": [f"{CDI_KIND}={g}" for g in (ids or ["all"])]}]
 
 
 def parse_cdi_list(text) -> dict:

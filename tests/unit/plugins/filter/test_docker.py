@@ -19,7 +19,7 @@ def test_engine_version_then_plan_then_requests_as_the_roles_chain_them():
     assert CTK["container_toolkit_device_requests"]("all", plan["path"])[0]["driver"] == "nvidia"
     plan = CTK["container_toolkit_plan"]("cdi", VERSION("27.5.1"))
     assert CTK["container_toolkit_device_requests"]("all", plan["path"]) == [
-        {"driver": "cdi", "device_ids": ["nvidia.com/gpu=all"]}]
+        {"driver": "cdi", "count": 0, "device_ids": ["nvidia.com/gpu=all"]}]
 
 
 def test_bad_input_is_a_filter_error_with_the_explanation():
