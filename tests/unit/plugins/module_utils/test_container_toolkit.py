@@ -166,7 +166,8 @@ def test_device_requests_legacy_is_the_gpus_flag_as_before():
 
 
 def test_device_requests_cdi_names_each_gpu():
-    assert container_device_requests("all", "cdi") == [{"driver": "cdi", "count": 0, "device_ids": ["nvidia.com/gpu=all"]}]
+    assert container_device_requests("all", "cdi") == [
+        {"driver": "cdi", "count": 0, "device_ids": ["nvidia.com/gpu=all"]}]
     uuid = "GPU-00000000-0000-0000-0000-000000000004"   # N05's zeroed UUID shape
     assert container_device_requests(f"0, {uuid}", "cdi") == [
         {"driver": "cdi", "count": 0, "device_ids": ["nvidia.com/gpu=0", f"nvidia.com/gpu={uuid}"]}]
