@@ -222,3 +222,143 @@ def parse_nvidia_smi_list(text) -> list:
     if not out:
         raise ParseError("nvidia-smi -L: no 'GPU <i>: <name> (UUID: ...)' line")
     return out
+
+
+# --- CDI mode (nvidia_container_toolkit_mode) ----------------------------------------------------
+#
+# Sources:
+# - moby v25.0 (daemon/cdi.go): the ``cdi`` device driver, opt-in with daemon.json
+#   ``"features": {"cdi": true}``; docker CLI 25 turns ``--device vendor/class=name`` (a qualified
+#   CDI name) into ``DeviceRequest{Driver: "cdi", DeviceIDs: [name]}`` (what community.docker's
+#   ``device_requests`` sends); Docker 28 enables the feature by default. Older engines know no
+#   ``cdi`` driver: ``could not select device driver "cdi"``.
+# - nvidia-ctk (cmd/nvidia-ctk/cdi/generate, list): ``cdi generate --output=/etc/cdi/nvidia.yaml``
+#   writes the spec of kind ``nvidia.com/gpu`` (devices by index and by UUID, plus ``all``);
+#   ``cdi list`` logs ``Found <n> CDI devices`` (logrus, stderr: ``INFO[0000] ...`` on a terminal,
+#   ``time="..." level=info msg="..."`` otherwise), registry errors as warnings, and prints one
+#   qualified device name per line on stdout.
+
+MODES = ("cdi", "legacy")
+CDI_MIN_ENGINE = (25, 0)
+CDI_DEFAULT_ENGINE = (28, 0)
+CDI_KIND = "nvidia.com/gpu"
+
+_CDI_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*/[a-zA-Z0-9][a-zA-Z0-9_.\-]*=[a-zA-Z0-9][a-zA-Z0-9_.:\-]*$")
+_LOGRUS = re.compile(r"^(?:(?:INFO|WARN|WARNING|ERRO|ERROR|DEBU|DEBUG|FATA|TRAC)\[\d+\]|time=\"[^\"]*\" level=\w+)")
+_GPU_ID = re.compile(r"^(?:\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F-]+|\d+:\d+)$")
+
+
+def gpu_request_plan(mode, engine) -> dict:
+    """How the node's containers get GPUs: ``mode`` (``cdi``|``legacy``) against the engine's version.
+
+    ``engine``: ``daemon_json.server_version``'s dict (``major``, ``minor``, ``version``). Returns
+    ``{"mode", "path": "cdi"|"legacy", "engine", "daemon_settings", "fallback", "message"}``:
+    ``daemon_settings`` is what the toolkit hands the docker role for daemon.json (``features.cdi``
+    on the CDI path: needed on 25..27, explicit on 28+, where it is the default). ``cdi`` on an
+    engine older than 25 falls back to the legacy runtime path with ``fallback`` true and a message
+    naming the version and the fix (the issue's rule: older engines keep the legacy path).
+    ValueError for a mode that is neither.
+    """
+    if mode not in MODES:
+        raise ValueError(f"nvidia_container_toolkit_mode: {mode!r} is not one of {', '.join(MODES)}")
+    version = (int(engine["major"]), int(engine["minor"]))
+    out = {"mode": mode, "engine": engine["version"], "daemon_settings": {}, "fallback": False}
+    if mode == "legacy":
+        out.update(path="legacy", message=f"legacy: containers get GPUs through the nvidia runtime hook (--gpus), "
+                                          f"Docker {engine['version']}")
+        return out
+    if version < CDI_MIN_ENGINE:
+        out.update(path="legacy", fallback=True, message=(
+            f"nvidia_container_toolkit_mode: cdi, but Docker {engine['version']} is older than "
+            f"{CDI_MIN_ENGINE[0]}.{CDI_MIN_ENGINE[1]}, the first engine with CDI devices: containers keep the legacy "
+            f"path (--gpus through the nvidia runtime hook). Fix: install Docker >= {CDI_MIN_ENGINE[0]} "
+            "(docker_package_source: docker) and rerun, or set nvidia_container_toolkit_mode: legacy"))
+        return out
+    out.update(path="cdi", daemon_settings={"features": {"cdi": True}}, message=(
+        f"cdi: containers get GPUs by CDI name ({CDI_KIND}=...) from Docker {engine['version']}"
+        + ("" if version >= CDI_DEFAULT_ENGINE else " (features.cdi turned on in daemon.json)")))
+    return out
+
+
+def container_device_requests(gpus, path) -> list:
+    """``device_requests`` of ``community.docker.docker_container`` for ``training_image_gpus``.
+
+    ``gpus``: ``""`` (none), ``all``, or a comma list of indices / ``GPU-<uuid>`` / ``MIG-<uuid>``.
+    ``legacy``: the ``--gpus`` request (driver nvidia, capability gpu, count -1 or device ids);
+    ``cdi``: one ``cdi`` request (count 0) naming ``nvidia.com/gpu=<id>`` for each (``=all`` for
+    all), what ``docker run --device nvidia.com/gpu=all`` sends. ValueError for anything else.
+    """
+    if path not in MODES:
+        raise ValueError(f"GPU request path {path!r} is not one of {', '.join(MODES)}")
+    gpus = (gpus or "").strip()
+    if not gpus:
+        return []
+    ids = None if gpus == "all" else [g.strip() for g in gpus.split(",")]
+    bad = [g for g in ids or () if not _GPU_ID.match(g)]
+    if bad:
+        raise ValueError(f"training_image_gpus: {gpus!r}: {', '.join(repr(b) for b in bad)} is no GPU index or UUID; "
+                         "use all, a comma list of indices (0,1) or GPU-/MIG- UUIDs, or \"\" for none")
+    if path == "legacy":
+        req = {"driver": "nvidia", "capabilities": [["gpu"]]}
+        req.update({"count": -1} if ids is None else {"device_ids": ids})
+        return [req]
+    # count 0 as dockerd stores it (moby daemon/cdi.go refuses any other count for the cdi driver);
+    # given explicitly so community.docker's comparison (every given key equal) sees no change on a rerun.
+    return [{"driver": "cdi", "count": 0, "device_ids": [f"{CDI_KIND}={g}" for g in (ids or ["all"])]}]
+
+
+def parse_cdi_list(text) -> dict:
+    """``{"devices": [...], "count": int|None, "warnings": [...]}`` of ``nvidia-ctk cdi list``.
+
+    stdout and stderr together or stdout alone; log lines (``Found <n> CDI devices``, warnings) are
+    read apart from the device names. ParseError on a line that is neither (a cut name).
+    """
+    devices, warnings, count = [], [], None
+    for lineno, raw in enumerate(split_lines(text, "nvidia-ctk cdi list"), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if _LOGRUS.match(line):
+            m = re.search(r"Found (\d+) CDI devices", line)
+            if m:
+                count = int(m.group(1))
+            elif re.match(r"^(?:WARN|WARNING|ERRO|ERROR)\[|.*level=(?:warning|error)", line):
+                warnings.append(line)
+            continue
+        if not _CDI_NAME.match(line):
+            raise ParseError(f"nvidia-ctk cdi list line {lineno}: not a CDI device name (vendor/class=name): "
+                             f"{shorten(raw)!r}")
+        devices.append(line)
+    return {"devices": devices, "count": count, "warnings": warnings}
+
+
+def cdi_missing_devices(listing, device_requests) -> list:
+    """The CDI names ``device_requests`` (``container_device_requests``) asks for that the
+    ``parse_cdi_list`` result lacks: a container asking for one would fail with
+    ``unresolvable CDI devices`` (fixture N06)."""
+    have = set(listing["devices"])
+    wanted = [d for r in device_requests if r.get("driver") == "cdi" for d in r.get("device_ids", [])]
+    return [d for d in wanted if d not in have]
+
+
+def cdi_spec_action(driver, gpu_count, spec_exists, spec_driver) -> dict:
+    """Whether to (re)generate the CDI spec: ``{"generate": bool, "reason": str}``.
+
+    ``driver``: gpu_facts' driver dict (``state``, ``version``); ``spec_driver``: the driver
+    version the spec on the node was generated for (the role's local fact), None when unknown.
+    Generated when the driver is ready and the spec is missing or was made for another driver
+    (libraries and device nodes are versioned); never on a node without a ready driver: nvidia-ctk
+    reads the devices through NVML.
+    """
+    state = (driver or {}).get("state")
+    version = (driver or {}).get("version")
+    if state != "ready" or not gpu_count:
+        return {"generate": False, "reason": f"no CDI spec generated: the NVIDIA driver is {state or 'absent'} with "
+                                             f"{gpu_count or 0} GPU(s) (nvidia-ctk cdi generate reads them through "
+                                             "NVML); it is generated on the first run with a loaded driver"}
+    if not spec_exists:
+        return {"generate": True, "reason": f"CDI spec missing; generated for driver {version}"}
+    if spec_driver != version:
+        return {"generate": True, "reason": f"the CDI spec was made for driver {spec_driver or 'unknown'}, the "
+                                            f"driver is {version}: regenerated"}
+    return {"generate": False, "reason": f"CDI spec current (driver {version})"}

@@ -996,3 +996,28 @@ def own(existing, desired, previous=None, remove=()):
     changed = [k for k in dict.fromkeys(list(existing) + list(out))
                if existing.get(k, _MISSING) != out.get(k, _MISSING)]
     return Ownership(out, changed, removed, kept, taken)
+
+
+#: ``docker info --format '{{.ServerVersion}}'`` (moby API ``/info`` ``ServerVersion``): the engine's
+#: version as its packager built it: ``20.10.24+dfsg1`` (Debian 12 docker.io), ``26.1.3`` (Ubuntu),
+#: ``28.3.2`` (docker-ce), ``17.03.2-ce`` (old docker-ce); a source build may print ``dev``.
+_SERVER_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][0-9A-Za-z.+~-]*)?$")
+
+
+def server_version(text):
+    """``{"version", "major", "minor", "patch"}`` of the engine's ``ServerVersion`` output.
+
+    ValueError naming the text when it is empty (dockerd not answering) or not a release version
+    (a ``dev`` build), so that no version-gated decision is taken on a guess.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"Docker server version: expected text, got {type(text).__name__}")
+    value = text.strip()
+    if not value:
+        raise ValueError("Docker server version: empty output; dockerd did not answer `docker info` "
+                         "(systemctl status docker)")
+    m = _SERVER_VERSION.match(value)
+    if not m:
+        raise ValueError(f"Docker server version: {value!r} is not a release version (major.minor[.patch]); "
+                         "a development build has no version to gate features on")
+    return {"version": value, "major": int(m.group(1)), "minor": int(m.group(2)), "patch": int(m.group(3) or 0)}

@@ -1,0 +1,16 @@
+"""Jinja filters of the docker role: the engine's version (``gpucluster.cluster.docker_server_version``).
+
+The docker role owns the fact (``tasks/engine.yml`` sets ``docker_engine_version``); the reader is
+``plugins/module_utils/daemon_json.py`` ``server_version``, tested in
+``tests/unit/plugins/filter/test_docker.py``.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import server_version
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
+
+
+class FilterModule:
+    def filters(self):
+        return {"docker_server_version": value_errors(server_version)}
