@@ -10,6 +10,7 @@ Examples::
     {{ {'generated': ts, 'nodes': results} | gpucluster.cluster.node_health_markdown }}
     {{ journal.stdout | gpucluster.cluster.node_health_kernel_log }}  -> gpu_kernel events + PCIe AER
     {{ smi_q.stdout | gpucluster.cluster.node_health_ecc_rows }}      -> ECC rows read by gpu_smi.parse_smi_q
+    {{ smi_q.stdout | gpucluster.cluster.node_health_dcgm_packages(4) }} -> ['datacenter-gpu-manager-4-cuda12']
     {{ nccl_log | gpucluster.cluster.nccl_transport_check(transport='IB', gdr=true) }}
     {{ mpirun_out | gpucluster.cluster.ompi_tcp_verbose
        | gpucluster.cluster.mpi_interfaces_check('10.0.0.0/24', data_nics) }}
@@ -37,6 +38,7 @@ class FilterModule:
             "node_health_lspci_vv": health.parse_lspci_vv,
             "node_health_kernel_log": health.kernel_log,
             "node_health_ecc_rows": health.ecc_rows,
+            "node_health_dcgm_packages": health.dcgm_packages,
             "nccl_transport_check": nccl_transport_check,
             "ompi_tcp_verbose": nccl_transport.parse_ompi_tcp_verbose,
             "mpi_interfaces_check": nccl_transport.check_mpi_interfaces,

@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import peermem, rdma
+from ansible_collections.gpucluster.cluster.plugins.module_utils import peermem, perftest, rdma
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 # ---- GID table and index (module_utils/rdma.py) ---------------------------------------------
@@ -256,11 +256,45 @@ def ofed_problems(deb_names, distro_file, node, kernel, have_headers):
     return problems
 
 
+# ---- ib_write_bw between nodes (module_utils/perftest.py) ------------------------------------
+
+
+def write_bw_plan(hosts, facts, base_port=18515):
+    """``ansible_play_hosts | perftest_write_bw_plan(their ansible_facts in the same order)``:
+    each node's ``gpucluster_rdma`` facts and its ``default_ipv4`` address (where its servers
+    listen), handed to ``perftest.write_bw_plan``."""
+    hosts, facts = list(hosts), list(facts)
+    if len(hosts) != len(facts):
+        raise ValueError(f"perftest_write_bw_plan: {len(hosts)} hosts but {len(facts)} fact sets")
+    nodes = [{"host": h, "address": (f.get("default_ipv4") or {}).get("address") or h,
+              "rdma": f.get("gpucluster_rdma") or {}} for h, f in zip(hosts, facts, strict=True)]
+    return perftest.write_bw_plan(nodes, int(base_port))
+
+
+def write_bw_check(client_results, server_results=(), fraction=0.95):
+    """The looped client tasks' ``results`` (each with the planned run as ``item``) and the
+    servers' ``async_status`` results (``item.item`` is the run), judged by
+    ``perftest.write_bw_check``."""
+    servers = {}
+    for r in server_results or []:
+        run = (r.get("item") or {}).get("item") or {}
+        servers[run.get("tcp_port")] = f"{r.get('stdout', '')}\n{r.get('stderr', '')}"
+    results = [{"run": r["item"], "rc": r.get("rc"),
+                "output": f"{r.get('stdout', '')}\n{r.get('stderr', '')}",
+                "server_output": servers.get(r["item"].get("tcp_port"), "")}
+               for r in client_results or []]
+    return perftest.write_bw_check(results, fraction)
+
+
 class FilterModule:
     """RDMA filters: GID table/index, DOCA-Host and MLNX_OFED package checks."""
 
     def filters(self):
         return {
+            "perftest_write_bw_plan": value_errors(write_bw_plan),
+            "perftest_write_bw_argv": value_errors(perftest.write_bw_argv),
+            "perftest_write_bw_check": value_errors(write_bw_check),
+            "perftest_bw_report": value_errors(perftest.parse_bw_report),
             "nccl_parse_gid_table": value_errors(rdma.parse_gid_table, named=True),
             "nccl_gid_index": value_errors(gid_index, named=True),
             "rdma_check_gid_index": value_errors(check_gid_index, named=True),

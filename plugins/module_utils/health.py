@@ -1099,3 +1099,27 @@ def ecc_rows(text):
             }
         )
     return {"rows": rows, "error": None}
+
+
+def dcgm_packages(smi_q_text, major=4):
+    """The DCGM package(s) to install from NVIDIA's CUDA repository (DCGM installation guide,
+    https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/getting-started.html): DCGM 3.x is
+    ``datacenter-gpu-manager``; DCGM 4.x is split per CUDA major, ``datacenter-gpu-manager-4-cuda<N>``
+    where N is the major of the "CUDA Version" the driver reports (``nvidia-smi -q``, read by
+    ``gpu_smi.parse_smi_q``; the guide reads the same line of ``nvidia-smi``).
+    ValueError names the fix when the driver's CUDA version cannot be read."""
+    if str(major) not in ("3", "4"):
+        raise ValueError(f"node_health_dcgm_major={major!r}: use 3 (datacenter-gpu-manager) or 4 "
+                         "(datacenter-gpu-manager-4-cuda<N>)")
+    if str(major) == "3":
+        return ["datacenter-gpu-manager"]
+    try:
+        cuda = parse_smi_q(smi_q_text or "").get("cuda_version")
+    except ValueError as exc:
+        raise ValueError(f"DCGM 4 is packaged per CUDA major, and nvidia-smi -q could not be read ({exc}): "
+                         "load the NVIDIA driver (the nvidia_driver stage) or set node_health_dcgm_major: 3") from exc
+    m = re.match(r"^(\d+)\.\d+", str(cuda or ""))
+    if not m:
+        raise ValueError(f"DCGM 4 is packaged per CUDA major, and nvidia-smi -q reports CUDA Version {cuda!r}: "
+                         "load a driver that reports one, or set node_health_dcgm_major: 3")
+    return [f"datacenter-gpu-manager-4-cuda{m.group(1)}"]

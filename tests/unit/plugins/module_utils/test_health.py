@@ -328,3 +328,18 @@ def test_markdown_report_lists_every_node_check_and_drift():
     assert "| node-1 | **failed** |" in md
     assert "| gpu_count |  | skipped | the node has no NVIDIA GPU |  |" in md
     assert "| interface eth0 | up | absent | drifted |" in md
+
+
+def test_dcgm_packages_from_the_drivers_cuda_major():
+    h100 = SMI_Q_H100.read_text(encoding="utf-8")  # CUDA Version : 12.2
+    assert health.dcgm_packages(h100) == ["datacenter-gpu-manager-4-cuda12"]
+    assert health.dcgm_packages(h100, 3) == ["datacenter-gpu-manager"]
+    v100 = (SMI_Q_H100.parent / "r418_v100.txt").read_text(encoding="utf-8")  # CUDA Version : 10.1
+    assert health.dcgm_packages(v100, "4") == ["datacenter-gpu-manager-4-cuda10"]
+    no_cuda = "\n".join(ln for ln in h100.splitlines() if not ln.startswith("CUDA Version")) + "\n"
+    with pytest.raises(ValueError, match="reports CUDA Version None.*node_health_dcgm_major: 3"):
+        health.dcgm_packages(no_cuda)
+    with pytest.raises(ValueError, match="could not be read.*load the NVIDIA driver"):
+        health.dcgm_packages("")
+    with pytest.raises(ValueError, match="node_health_dcgm_major=5"):
+        health.dcgm_packages(h100, 5)
