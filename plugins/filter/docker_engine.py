@@ -2,7 +2,8 @@
 
 The docker role owns the fact (``tasks/engine.yml`` sets ``docker_engine_version``); the reader is
 ``plugins/module_utils/daemon_json.py`` ``server_version``, tested in
-``tests/unit/plugins/filter/test_docker.py``.
+``tests/unit/plugins/filter/test_docker_engine.py``. Not ``docker.py``: a plugin file of that
+name would shadow the Docker SDK's ``docker`` package (tests/unit/test_no_path_hacks.py).
 """
 
 from __future__ import annotations

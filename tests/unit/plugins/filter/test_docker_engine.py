@@ -1,11 +1,11 @@
-"""plugins/filter/docker.py and plugins/filter/container_toolkit.py: the engine version and the CDI mode as filters."""
+"""plugins/filter/docker_engine.py and plugins/filter/container_toolkit.py: the engine version and the CDI mode as filters."""
 
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.cluster.plugins.filter.container_toolkit import FilterModule as CtkFilters
-from ansible_collections.gpucluster.cluster.plugins.filter.docker import FilterModule as DockerFilters
+from ansible_collections.gpucluster.cluster.plugins.filter.docker_engine import FilterModule as DockerFilters
 
 VERSION = DockerFilters().filters()["docker_server_version"]
 CTK = CtkFilters().filters()
