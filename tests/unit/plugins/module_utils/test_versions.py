@@ -134,3 +134,26 @@ def test_blacklist_patterns_are_anchored_and_need_no_backslash():
     assert not re.match(v.blacklist_patterns(["libcuda1"])[0], "libcuda1-dbg")
     with pytest.raises(ValueError, match="not a Debian package name"):
         v.blacklist_patterns(["nvidia-*"])
+
+
+# role variable -> the manifest entry its default must read (and no literal of its own)
+READERS = {
+    ("nvidia_driver", "nvidia_driver_branch"): "versions_nvidia_driver_branch",
+    ("nvidia_driver", "nvidia_driver_version"): "versions_nvidia_driver_version",
+    ("nvidia_container_toolkit", "nvidia_container_toolkit_version"): "versions_nvidia_container_toolkit_version",
+    ("gpudirect", "gpudirect_nv_peer_mem_version"): "versions_nv_peer_mem_version",
+}
+
+
+@pytest.mark.parametrize(("role", "variable"), sorted(READERS))
+def test_the_roles_version_defaults_read_the_manifest(role, variable):
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults/main.yml").read_text())
+    assert defaults[variable] == "{{ " + READERS[(role, variable)] + " }}"
+    assert READERS[(role, variable)] in MANIFEST
+    meta = yaml.safe_load((ROOT / "roles" / role / "meta/main.yml").read_text())
+    assert {"role": "versions"} in meta["dependencies"], f"{role} must load the manifest (meta dependency)"
+
+
+def test_every_manifest_version_has_a_reader():
+    entries = {k for k in MANIFEST if k != "versions_known_bad"}
+    assert entries == set(READERS.values())
