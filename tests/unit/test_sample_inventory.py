@@ -220,6 +220,20 @@ def test_preflight_accepts_the_sample_and_refuses_a_bad_value(tmp_path):
     assert "runtime_profile_light_topk_fp16 must be one of: 0, 1, got: 2" in out
 
 
+def test_preflight_checks_the_version_manifest_with_the_inventory_override(tmp_path):
+    """The manifest (roles/versions) loads under preflight at role-defaults precedence: an inventory
+    value of a manifest entry reaches the checks, which refuse a driver version of another branch and
+    a known-bad toolkit release with its reason, naming the host."""
+    playbook = tmp_path / "preflight_validation.yml"
+    playbook.write_text(PREFLIGHT_VALIDATION)
+    bad = {"versions_nvidia_driver_version": "550.54.15", "nvidia_container_toolkit_version": "1.17.7-1"}
+    r = _run(tmp_path, "ansible-playbook", "-i", str(SAMPLE / "hosts.yml"), str(playbook), "-e", json.dumps(bad))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert re.search(r"\b[\w.-]+: nvidia_driver_version: 550\.54\.15 is not of branch 535\. Fix: ", out), out
+    assert "nvidia_container_toolkit_version: 1.17.7-1 is a known-bad release (CVE-2025-23266" in out
+
+
 @pytest.mark.parametrize(("typo", "fix"), [
     ("hugepage_count", "did you mean hugepages_count"),
     ("traning_image_ref", "did you mean training_image_ref"),
