@@ -1,4 +1,5 @@
-"""plugins/filter/docker_engine.py and plugins/filter/container_toolkit.py: the engine version and the CDI mode as filters."""
+"""plugins/filter/docker_engine.py and plugins/filter/container_toolkit.py: the engine version and the
+CDI mode as filters."""
 
 from __future__ import annotations
 
