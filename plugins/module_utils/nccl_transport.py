@@ -188,6 +188,18 @@ def parse_ompi_tcp_verbose(text):
         "lines": 0,
     }
 
+    def _connected(m, host):
+        address = m.group(1)
+        return {"host": host, "address": address.rsplit(":", 1)[0] if address.count(":") == 1 else address}
+
+    # (pattern, list it adds to, the item of a match): one record per distinct item.
+    records = (
+        (_BTL_MATCH, "btl_matches", lambda m, h: {"host": h, "address": m.group(1), "interface": m.group(2)}),
+        (_BTL_CONNECTED, "btl_connected", _connected),
+        (_OOB_ADD, "oob_addresses", lambda m, h: {"host": h, "address": m.group(1), "family": m.group(2)}),
+        (_OOB_REJECT, "oob_rejected", lambda m, h: {"host": h, "interface": m.group(1)}),
+    )
+
     def add(lst, item):
         if item not in lst:
             lst.append(item)
@@ -196,34 +208,18 @@ def parse_ompi_tcp_verbose(text):
         line = _TAG.sub("", raw.rstrip(), count=1)
         hm = _HOSTPID.match(line)
         host = hm.group(1) if hm else None
-        m = _BTL_USING.search(line) or _BTL_EXAMINE.search(line)
-        if m:
-            if _BTL_USING.search(line):
-                add(out["btl_interfaces"].setdefault(host, []), m.group(1))
+        using = _BTL_USING.search(line)
+        if using or _BTL_EXAMINE.search(line):
+            if using:
+                add(out["btl_interfaces"].setdefault(host, []), using.group(1))
             out["lines"] += 1
             continue
-        m = _BTL_MATCH.search(line)
-        if m:
-            add(out["btl_matches"], {"host": host, "address": m.group(1), "interface": m.group(2)})
-            out["lines"] += 1
-            continue
-        m = _BTL_CONNECTED.search(line)
-        if m:
-            add(
-                out["btl_connected"],
-                {"host": host, "address": m.group(1).rsplit(":", 1)[0] if m.group(1).count(":") == 1 else m.group(1)},
-            )
-            out["lines"] += 1
-            continue
-        m = _OOB_ADD.search(line)
-        if m:
-            add(out["oob_addresses"], {"host": host, "address": m.group(1), "family": m.group(2)})
-            out["lines"] += 1
-            continue
-        m = _OOB_REJECT.search(line)
-        if m:
-            add(out["oob_rejected"], {"host": host, "interface": m.group(1)})
-            out["lines"] += 1
+        for pattern, key, item in records:
+            m = pattern.search(line)
+            if m:
+                add(out[key], item(m, host))
+                out["lines"] += 1
+                break
     return out
 
 
