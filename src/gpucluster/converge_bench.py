@@ -310,19 +310,20 @@ class ConvergeBench:
         sb.up()
         return self.work / "inventory" / "hosts.yml"
 
-    def manual_packages(self, inventory: Path) -> list[str]:
+    @staticmethod
+    def _on_first_node(inventory: Path, script: str) -> bytes:
+        """stdout of ``script`` run on the inventory's first node."""
         hosts = inventory_hosts(inventory)
         first = sorted(hosts)[0]
-        r = subprocess.run(ssh_argv(inventory.parent, hosts[first]["ansible_host"], "apt-mark showmanual"),
-                           capture_output=True, text=True, check=True)
-        return sorted(set(r.stdout.split()))
+        return subprocess.run(ssh_argv(inventory.parent, hosts[first]["ansible_host"], script),
+                              capture_output=True, check=True).stdout
+
+    def manual_packages(self, inventory: Path) -> list[str]:
+        return sorted(set(self._on_first_node(inventory, "apt-mark showmanual").decode().split()))
 
     def read_apt_sources(self, inventory: Path) -> bytes:
         """The apt sources, keys and pins of the first node, as a gzipped tar."""
-        hosts = inventory_hosts(inventory)
-        first = sorted(hosts)[0]
-        return subprocess.run(ssh_argv(inventory.parent, hosts[first]["ansible_host"], apt_sources_script()),
-                              capture_output=True, check=True).stdout
+        return self._on_first_node(inventory, apt_sources_script())
 
     def run_site(self, inventory: Path, env: Mapping[str, str]) -> tuple[float, float, int]:
         wall, cpu, rc, _ = timed(["ansible-playbook", "-i", str(inventory), "site.yml"], cwd=self.root, env=env,
