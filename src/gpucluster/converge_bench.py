@@ -214,8 +214,9 @@ def write_results(out_dir: Path, samples: Sequence[Sample], meta: Mapping[str, A
 
 
 def timed(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
-          log: Callable[[str], None] = print) -> tuple[float, float, int, str]:
-    """Run ``argv``; returns (wall s, CPU s of it and its children, rc, output tail)."""
+          log: Callable[[str], None] = print, keep: Path | None = None) -> tuple[float, float, int, str]:
+    """Run ``argv``; returns (wall s, CPU s of it and its children, rc, output tail). ``keep``:
+    a file for the whole output."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     r = subprocess.run(list(argv), cwd=cwd, env=dict(env) if env else None, capture_output=True, text=True,
@@ -223,6 +224,9 @@ def timed(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = Non
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         log(f"{' '.join(argv[:3])} ... exited {r.returncode}: {(r.stdout + r.stderr)[-1500:]}")
     return wall, cpu, r.returncode, (r.stdout + r.stderr)[-4000:]
@@ -325,9 +329,11 @@ class ConvergeBench:
         """The apt sources, keys and pins of the first node, as a gzipped tar."""
         return self._on_first_node(inventory, apt_sources_script())
 
-    def run_site(self, inventory: Path, env: Mapping[str, str]) -> tuple[float, float, int]:
+    def run_site(self, inventory: Path, env: Mapping[str, str], label: str = "site") -> tuple[float, float, int]:
+        """One site.yml run; its whole output (profile_tasks' slowest tasks at the end) is kept
+        as ``<work>/logs/<label>.log`` for reading where the time went."""
         wall, cpu, rc, _ = timed(["ansible-playbook", "-i", str(inventory), "site.yml"], cwd=self.root, env=env,
-                                 log=self.log)
+                                 log=self.log, keep=self.work / "logs" / f"{label}.log")
         return wall, cpu, rc
 
     def run_raw(self, inventory: Path) -> tuple[float, float, int]:
@@ -362,7 +368,7 @@ class ConvergeBench:
                 inv = self.fresh_nodes(n)
                 before = set(self.manual_packages(inv))
                 self.log(f"round {r}, {n} node(s): fresh converge")
-                wall, cpu, rc = self.run_site(inv, env)
+                wall, cpu, rc = self.run_site(inv, env, f"{n}-{r}-fresh")
                 samples.append(Sample(n, r, "fresh", round(wall, 2), round(cpu, 2), rc))
                 if rc == 0 and not self.packages:
                     self.packages = sorted(set(self.manual_packages(inv)) - before)
@@ -370,7 +376,7 @@ class ConvergeBench:
                     self.log(f"package work: {len(self.packages)} manual packages, apt sources "
                              f"{len(self.apt_sources)} bytes (tar.gz)")
                 self.log(f"round {r}, {n} node(s): no-op rerun")
-                wall, cpu, rc = self.run_site(inv, env)
+                wall, cpu, rc = self.run_site(inv, env, f"{n}-{r}-noop")
                 samples.append(Sample(n, r, "noop", round(wall, 2), round(cpu, 2), rc))
                 inv = self.fresh_nodes(n)
                 self.log(f"round {r}, {n} node(s): raw package work")

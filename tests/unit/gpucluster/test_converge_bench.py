@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -111,3 +112,17 @@ def test_raw_script_unpacks_the_converged_nodes_apt_sources_before_its_one_updat
     text = raw_script(["nvidia-smi"], "reg:5000", "u", "p", "reg:5000/t:1", sources_on_stdin=True)
     assert text.index("tar -xzf - -C /") < text.index("apt-get update")
     assert "tar -xzf" not in raw_script(["x"], "r", "u", "p", "i")
+
+
+def test_timed_keeps_the_whole_output(tmp_path):
+    """The kept log is the run's whole output, not the tail returned (profile_tasks' summary
+    is at the end of thousands of lines)."""
+    from gpucluster.converge_bench import timed
+
+    script = "import sys\nfor i in range(3000): print('line', i)\nsys.exit(3)"
+    wall, cpu, rc, tail = timed([sys.executable, "-c", script], cwd=tmp_path, log=lambda m: None,
+                                keep=tmp_path / "logs" / "a.log")
+    kept = (tmp_path / "logs" / "a.log").read_text().splitlines()
+    assert rc == 3 and wall > 0 and cpu >= 0
+    assert kept[0] == "line 0" and kept[-1] == "line 2999" and len(kept) == 3000
+    assert len(tail) <= 4000 and tail.rstrip().endswith("line 2999")
