@@ -1,0 +1,208 @@
+#!/usr/bin/python
+# Copyright: gpucluster contributors
+# Apache-2.0
+"""Ansible module: several small files and directories of one stage in one module run."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: file_set
+short_description: Write several small files and directories in one module run
+description:
+  - Brings every entry of O(files) to its wanted state in one module run, in the order given
+    (a directory before the files in it) - what a loop of M(ansible.builtin.file),
+    M(ansible.builtin.copy) or M(ansible.builtin.template) tasks does with one module run (one
+    SSH round trip) per item.
+  - A file is written only when its content differs, to a temporary file in the same directory
+    and then renamed over the old one (atomic); owner, group and mode are set where they differ.
+    A directory is created with its missing parents, each with the entry's owner, group and mode.
+  - Render templates on the controller into O(files[].content) with
+    C(lookup('ansible.builtin.template', ...)).
+  - Refuses the whole set before changing anything when an entry's path is relative, a file's
+    path is an existing directory or a directory's path an existing file.
+version_added: "0.1.0"
+author:
+  - gpucluster contributors
+options:
+  files:
+    description: The files and directories, in the order they are brought to their state.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      path:
+        description: Absolute path.
+        type: path
+        required: true
+      state:
+        description: C(file) writes O(files[].content); C(directory) makes the directory.
+        type: str
+        choices: [file, directory]
+        default: file
+      content:
+        description: The file's whole content (C(state=file)).
+        type: str
+        default: ""
+      mode:
+        description: Permissions, as for M(ansible.builtin.file) (C("0644"), C(u=rw,g=r,o=r)).
+        type: raw
+      owner:
+        description: Owner name or uid.
+        type: str
+      group:
+        description: Group name or gid.
+        type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: One diff per file whose content changes; directories report their creation.
+  platform:
+    platforms: posix
+seealso:
+  - module: ansible.builtin.copy
+  - module: ansible.builtin.file
+"""
+
+EXAMPLES = r"""
+- name: Write the runtime files
+  gpucluster.cluster.file_set:
+    files:
+      - {path: /etc/gpucluster, state: directory, owner: root, group: root, mode: "0755"}
+      - path: /etc/gpucluster/runtime.env
+        content: "{{ lookup('ansible.builtin.template', 'runtime.env.j2') }}"
+        owner: root
+        group: root
+        mode: "0644"
+"""
+
+RETURN = r"""
+changed_paths:
+  description: The paths this run created, wrote or changed the attributes of (or would, in check mode).
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/gpucluster/runtime.env]
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC = {
+    "files": {
+        "type": "list", "elements": "dict", "required": True,
+        "options": {
+            "path": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["file", "directory"], "default": "file"},
+            "content": {"type": "str", "default": "", "no_log": False},
+            "mode": {"type": "raw"},
+            "owner": {"type": "str"},
+            "group": {"type": "str"},
+        },
+    },
+}
+
+
+def problems(entries) -> list[str]:
+    """What makes the set impossible, before anything is changed."""
+    out = []
+    for e in entries:
+        path = e["path"]
+        if not os.path.isabs(path):
+            out.append(f"{path}: give an absolute path")
+        elif e["state"] == "file" and os.path.isdir(path):
+            out.append(f"{path}: is a directory, not a file")
+        elif e["state"] == "directory" and os.path.lexists(path) and not os.path.isdir(path):
+            out.append(f"{path}: exists and is not a directory")
+    return out
+
+
+def _attrs(module, entry, path):
+    return module.load_file_common_arguments({"path": path, "mode": entry["mode"], "owner": entry["owner"],
+                                              "group": entry["group"]})
+
+
+def ensure_directory(module, entry, diffs) -> bool:
+    path = entry["path"].rstrip("/") or "/"
+    missing = []
+    cur = path
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        cur = os.path.dirname(cur)
+    changed = bool(missing)
+    if missing:
+        diffs.append({"before_header": path, "after_header": path, "before": "absent\n", "after": "directory\n"})
+    if module.check_mode:
+        if not missing:
+            changed = module.set_fs_attributes_if_different(_attrs(module, entry, path), False)
+        return changed
+    for d in reversed(missing):
+        os.mkdir(d)
+        module.set_fs_attributes_if_different(_attrs(module, entry, d), True)
+    return module.set_fs_attributes_if_different(_attrs(module, entry, path), changed)
+
+
+def ensure_file(module, entry, diffs) -> bool:
+    path = entry["path"]
+    want = entry["content"].encode("utf-8", "surrogateescape")
+    have = None
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            have = f.read()
+    changed = have != want
+    if changed and module._diff:
+        diffs.append({"before_header": path, "after_header": path,
+                      "before": "" if have is None else have.decode("utf-8", "replace"),
+                      "after": entry["content"]})
+    if module.check_mode:
+        if have is None:
+            return True
+        return module.set_fs_attributes_if_different(_attrs(module, entry, path), changed)
+    if changed:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(want)
+            if have is None and entry["mode"] is None:
+                # As copy: a new file without a mode gets the umask's (mkstemp makes it 0600).
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+            # The new file gets the wanted attributes before it is visible under its name; an
+            # old file's attributes carry over only where the entry does not set them.
+            module.atomic_move(tmp, path, unsafe_writes=False, keep_dest_attrs=have is not None)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return module.set_fs_attributes_if_different(_attrs(module, entry, path), changed)
+
+
+def run(module) -> dict:
+    entries = module.params["files"]
+    found = problems(entries)
+    if found:
+        module.fail_json(msg="nothing was changed: " + "; ".join(found))
+    changed_paths, diffs = [], []
+    for entry in entries:
+        step = ensure_directory if entry["state"] == "directory" else ensure_file
+        if step(module, entry, diffs):
+            changed_paths.append(entry["path"])
+    result = {"changed": bool(changed_paths), "changed_paths": changed_paths}
+    if module._diff:
+        result["diff"] = diffs
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""file_set module on a real tree in tmp_path: one run writes directories and files, a rerun
+changes nothing, a changed content or mode is mended, check mode writes nothing, a bad entry
+refuses the whole set first."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import stat
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpucluster.cluster.plugins.modules import file_set
+
+OWNER = pwd.getpwuid(os.getuid()).pw_name
+GROUP = grp.getgrgid(os.getgid()).gr_name
+
+
+def _run(capsys, files, **extra):
+    with patch_module_args({"files": files, **extra}), pytest.raises(SystemExit) as exc:
+        file_set.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+def _set(root):
+    return [
+        {"path": str(root / "ssh"), "state": "directory", "owner": OWNER, "group": GROUP, "mode": "0700"},
+        {"path": str(root / "ssh" / "server"), "state": "directory", "mode": "0700"},
+        {"path": str(root / "ssh" / "server" / "authorized_keys"), "content": "ssh-ed25519 AAAA key\n",
+         "owner": OWNER, "group": GROUP, "mode": "0600"},
+        {"path": str(root / "hostfile"), "content": "node-1 slots=8\n", "mode": "0644"},
+    ]
+
+
+def _mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_one_run_writes_everything_and_a_rerun_changes_nothing(tmp_path, capsys):
+    rc, result = _run(capsys, _set(tmp_path))
+    assert rc == 0 and result["changed"] is True
+    assert result["changed_paths"] == [e["path"] for e in _set(tmp_path)]
+    assert (tmp_path / "ssh" / "server" / "authorized_keys").read_text() == "ssh-ed25519 AAAA key\n"
+    assert _mode(tmp_path / "ssh") == 0o700 and _mode(tmp_path / "ssh" / "server") == 0o700
+    assert _mode(tmp_path / "ssh" / "server" / "authorized_keys") == 0o600
+    assert _mode(tmp_path / "hostfile") == 0o644
+    rc, again = _run(capsys, _set(tmp_path))
+    assert rc == 0 and again["changed"] is False and again["changed_paths"] == []
+    assert not [p for p in (tmp_path / "ssh" / "server").iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_content_and_mode_drift_are_mended_with_a_diff(tmp_path, capsys):
+    _run(capsys, _set(tmp_path))
+    (tmp_path / "hostfile").write_text("node-1 slots=1\n")
+    os.chmod(tmp_path / "ssh" / "server" / "authorized_keys", 0o644)
+    rc, result = _run(capsys, _set(tmp_path), _ansible_diff=True)
+    assert rc == 0 and result["changed_paths"] == [str(tmp_path / "ssh" / "server" / "authorized_keys"),
+                                                   str(tmp_path / "hostfile")]
+    assert (tmp_path / "hostfile").read_text() == "node-1 slots=8\n"
+    assert _mode(tmp_path / "ssh" / "server" / "authorized_keys") == 0o600
+    assert result["diff"] == [{"before_header": str(tmp_path / "hostfile"), "after_header": str(tmp_path / "hostfile"),
+                               "before": "node-1 slots=1\n", "after": "node-1 slots=8\n"}]
+
+
+def test_check_mode_reports_and_writes_nothing(tmp_path, capsys):
+    rc, result = _run(capsys, _set(tmp_path), _ansible_check_mode=True)
+    assert rc == 0 and result["changed"] is True and len(result["changed_paths"]) == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_entry_refuses_the_whole_set_before_any_change(tmp_path, capsys):
+    (tmp_path / "hostfile").mkdir()
+    rc, result = _run(capsys, _set(tmp_path))
+    assert rc == 1 and "hostfile: is a directory" in result["msg"] and "nothing was changed" in result["msg"]
+    assert not (tmp_path / "ssh").exists()
+    rc, result = _run(capsys, [{"path": "relative/file", "content": "x"}])
+    assert rc == 1 and "relative/file: give an absolute path" in result["msg"]
+
+
+def test_new_file_without_mode_gets_the_umask_mode(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        _run(capsys, [{"path": str(tmp_path / "f"), "content": "x\n"}])
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "f") == 0o644
