@@ -2,7 +2,7 @@
 # Copyright: gpucluster contributors
 # Apache-2.0
 """Ansible module: hold or release many packages in one dpkg call (thin shell over
-module_utils/dpkg_selections.py, where dpkg's grammar is documented)."""
+module_utils/dpkg.py, where dpkg's grammar is documented)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ changed_packages:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg_selections import (
+from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import (
     parse_selections,
     plan_selections,
     render,

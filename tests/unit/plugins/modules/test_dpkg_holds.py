@@ -88,3 +88,16 @@ def test_unknown_package_is_refused_before_any_change(admindir, capsys):
     assert rc == 1 and result["failed"] is True
     assert "nvidia-driver-55O" in result["msg"] and "install it first" in result["msg"]
     assert _selections(admindir)["nvidia-driver-550"] == "install"
+
+
+def test_dpkg_status_says_what_is_missing_from_the_real_dpkg_query(admindir, capsys):
+    from ansible_collections.gpucluster.cluster.plugins.modules import dpkg_status
+
+    args = {"name": ["nvidia-driver-550=550.127.05-0ubuntu1", "libnvidia-compute-550=550.90*",
+                     "nvidia-fabricmanager-550", "cuda-drivers-550"], "admindir": str(admindir)}
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        dpkg_status.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 0 and result["changed"] is False
+    assert result["missing"] == ["libnvidia-compute-550=550.90*", "cuda-drivers-550"]
+    assert result["installed"]["libnvidia-compute-550"] == "550.127.05-0ubuntu1"

@@ -1,8 +1,21 @@
-"""dpkg selections (hold / install) of many packages at once: read ``dpkg --get-selections``,
-say what has to change, write it back in one ``dpkg --set-selections``. Pure functions, stdlib
-only (module ``dpkg_holds``).
+r"""dpkg's own answers about packages, read without python-apt. Pure functions, stdlib only.
 
-The grammar, from dpkg's own source (``src/main/select.c``, ``getselections``/``setselections``,
+- Which wanted packages are not installed (at their version): :func:`parse_query` and
+  :func:`unsatisfied` read one ``dpkg-query -W`` (module ``dpkg_status``),
+  so a stage whose packages are all in place skips its apt task, which opens the whole apt cache
+  (python-apt) even when it has nothing to do.
+- Selections (hold / install) of many packages at once: read ``dpkg --get-selections``, say
+  what has to change, write it back in one ``dpkg --set-selections`` (module ``dpkg_holds``).
+
+``dpkg-query -W -f '${binary:Package}\t${Version}\t${db:Status-Abbrev}\n' <name>...`` (dpkg-query(1);
+``db:Status-Abbrev`` since dpkg 1.16.2): one line per package instance known to dpkg, the name
+with ``:<arch>`` for Multi-Arch: same and foreign packages, the version, and the three status
+letters (desired, current, error; ``ii `` = wanted and installed, ``rc `` = removed with its
+configuration files left, ``hi `` = held and installed, ``iU `` = unpacked, not configured). A name
+dpkg does not know gives ``dpkg-query: no packages found matching <name>`` on stderr and exit
+status 1, and the other names are still printed.
+
+The selections grammar, from dpkg's own source (``src/main/select.c``, ``getselections``/``setselections``,
 dpkg 1.17 to 1.22, and Debian's dpkg(1)):
 
 - ``--get-selections [pattern...]`` prints one line per package whose selection is known:
@@ -21,6 +34,43 @@ dpkg 1.17 to 1.22, and Debian's dpkg(1)):
 from __future__ import annotations
 
 SELECTIONS = ("install", "hold", "deinstall", "purge")
+QUERY_FORMAT = "${binary:Package}\t${Version}\t${db:Status-Abbrev}\n"
+
+
+def parse_query(text: str) -> dict[str, str]:
+    """``{package: version}`` of the packages that are installed (current status ``i``: ``ii``,
+    ``hi``) in ``dpkg-query -W -f QUERY_FORMAT`` output; an architecture-qualified name is also
+    recorded under its bare name. Half-installed, unpacked or removed packages are left out."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 3:
+            continue
+        name, version, status = fields[0].strip(), fields[1].strip(), fields[2]
+        if len(status) < 2 or status[1] != "i" or not name or not version:
+            continue
+        out[name] = version
+        if ":" in name:
+            out.setdefault(name.split(":", 1)[0], version)
+    return out
+
+
+def unsatisfied(installed: dict[str, str], wanted: list[str]) -> list[str]:
+    """The entries of ``wanted`` (apt's ``name``, ``name=version`` or ``name=version*``) that
+    ``installed`` (:func:`parse_query`) does not satisfy, in their order. ``version*`` is a prefix,
+    as apt reads it."""
+    out = []
+    for entry in wanted:
+        name, _, version = str(entry).partition("=")
+        have = installed.get(name)
+        if have is None:
+            out.append(entry)
+        elif version.endswith("*"):
+            if not have.startswith(version[:-1]):
+                out.append(entry)
+        elif version and have != version:
+            out.append(entry)
+    return out
 
 
 def parse_selections(text: str) -> dict[str, str]:
