@@ -77,6 +77,30 @@ def test_a_second_run_is_refused_naming_the_first_and_changes_nothing(tmp_path):
     assert _lock(tmp_path).read_text() == before
 
 
+def _starttime(pid: int) -> str:
+    """Field 22 of /proc/<pid>/stat (proc(5)), read after the command name's parenthesis."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+
+
+def test_a_reused_pid_does_not_keep_a_dead_runs_lock(tmp_path):
+    """CI, 2026-12-02: a failed run's lock named pid 10273; 9 minutes later another process had
+    that pid (pid_max 32768 on a busy controller) and the next site.yml was refused as if the
+    dead run still held the lock. The lock records the process's start time as well."""
+    r, out = _play(tmp_path, unlock=False)
+    assert r.returncode == 0, out
+    mine = json.loads(_lock(tmp_path).read_text())
+    assert mine["pid_start"].isdigit(), mine
+    # The same pid as a live process (this pytest), started at another time: the run is gone.
+    _hold(tmp_path, pid=os.getpid(), pid_start=str(int(_starttime(os.getpid())) - 1))
+    r, out = _play(tmp_path, unlock=True)
+    assert r.returncode == 0, out
+    assert "WARNING node-x: taking over" in out and "its ansible-playbook process is gone" in out
+    # The same pid and its start time: that run still runs, and the lock is refused.
+    _hold(tmp_path, pid=os.getpid(), pid_start=_starttime(os.getpid()))
+    r, out = _play(tmp_path)
+    assert r.returncode != 0 and f"pid {os.getpid()}" in out, out
+
+
 def test_another_controllers_lock_is_refused_until_it_is_stale_or_forced(tmp_path):
     _hold(tmp_path, controller="ctl-b", pid=1)
     r, out = _play(tmp_path)
