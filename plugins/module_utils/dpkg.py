@@ -123,3 +123,8 @@ def set_selections_input(changes: list[tuple[str, str, str]]) -> str:
 def render(selections: dict[str, str], names: list[str]) -> str:
     """``name selection`` lines of ``names`` (diff text); an unknown package reads ``-``."""
     return "".join(f"{n} {selections.get(n, '-')}\n" for n in dict.fromkeys(names))
+
+
+def command(binary: str, admindir: str | None) -> list[str]:
+    """argv prefix of dpkg or dpkg-query at ``binary``, on ``admindir`` when given."""
+    return [binary] + ([f"--admindir={admindir}"] if admindir else [])

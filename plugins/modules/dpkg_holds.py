@@ -71,6 +71,7 @@ changed_packages:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import (
+    command,
     parse_selections,
     plan_selections,
     render,
@@ -89,9 +90,7 @@ def run(module) -> dict:
     selection = module.params["selection"]
     if not names:
         return {"changed": False, "changed_packages": []}
-    dpkg = [module.get_bin_path("dpkg", required=True)]
-    if module.params.get("admindir"):
-        dpkg.append(f"--admindir={module.params['admindir']}")
+    dpkg = command(module.get_bin_path("dpkg", required=True), module.params.get("admindir"))
     rc, out, err = module.run_command([*dpkg, "--get-selections", *names])
     if rc != 0:
         module.fail_json(msg=f"dpkg --get-selections failed (rc {rc}): {err.strip() or out.strip()}")

@@ -70,7 +70,12 @@ missing:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import QUERY_FORMAT, parse_query, unsatisfied
+from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import (
+    QUERY_FORMAT,
+    command,
+    parse_query,
+    unsatisfied,
+)
 
 ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True},
@@ -82,9 +87,7 @@ def run(module) -> dict:
     wanted = [n for n in module.params["name"] if n]
     if not wanted:
         return {"changed": False, "installed": {}, "missing": []}
-    argv = [module.get_bin_path("dpkg-query", required=True)]
-    if module.params.get("admindir"):
-        argv.append(f"--admindir={module.params['admindir']}")
+    argv = command(module.get_bin_path("dpkg-query", required=True), module.params.get("admindir"))
     names = list(dict.fromkeys(w.partition("=")[0] for w in wanted))
     rc, out, err = module.run_command([*argv, "-W", "-f", QUERY_FORMAT, *names])
     # rc 1: some name is unknown to dpkg (the others are still printed); anything else is a failure.
