@@ -196,7 +196,7 @@ PREFLIGHT_VALIDATION = """---
   hosts: gpu_nodes
   gather_facts: false
   vars:
-    preflight_gpu_count: 8
+    gpucluster_plan: {gpus: 8, gpus_ready: 8, driver: ready, slots: 8, nics: [eth0], hcas: []}
   tasks:
     - name: Validate the inventory
       ansible.builtin.include_role:

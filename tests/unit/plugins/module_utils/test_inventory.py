@@ -109,7 +109,7 @@ def test_a_prefixed_name_without_a_close_setting_is_refused_with_its_prefix():
 
 def test_real_settings_ansible_names_and_unrelated_variables_pass():
     names = ["hugepages_count", "training_image_ref", "gpucluster_allow_reboot", "gpucluster_slots_per_node",
-             "gpucluster_excluded_nodes", "gpucluster_reboot_timeout", "preflight_gpu_count", "preflight_nics",
+             "gpucluster_excluded_nodes", "gpucluster_reboot_timeout", "gpucluster_plan",
              "hugepages_reboot_required", "ansible_host", "ansible_facts", "inventory_hostname", "group_names",
              "groups", "omit", "playbook_dir", "__hugepages_plan", "http_proxy", "ntp_servers", "my_team"]
     assert inventory.setting_suspects(names, KNOWN, PREFIXES) == []
