@@ -76,6 +76,7 @@ from __future__ import annotations
 import difflib
 import functools
 import ipaddress
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -472,6 +473,84 @@ def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
         hostfile=data.get("hostfile"),
         k8s=_k8s_spec(data.get("k8s") or {}),
     )
+
+
+#: What ``gpucluster launch --inventory`` takes from the nodes (playbooks/plan.yml's view of each):
+#: the spec key, and where each node's value is.
+CONTRACT_KEYS = ("nodes", "gpus_per_node", "runtime", "nccl_env", "network_interface")
+
+
+def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The job spec ``data`` with what it leaves out taken from the nodes.
+
+    ``views``: ``{host: view}`` in inventory order, each what ``gpucluster plan`` reports for a
+    node: ``slots`` (the plan's ranks per node), ``runtime`` (the one the runtime_profile stage
+    settled) and ``contract.nccl`` (the nccl_env stage's local fact, ``ansible_local.gpucluster_nccl``).
+    A key the spec sets wins; ``nccl_env`` is merged per variable. Defaults taken:
+
+    - ``nodes``: every host, when the spec gives neither ``nodes`` nor ``node_count``;
+    - ``gpus_per_node``: the nodes' ranks per node; ``runtime``: the nodes' runtime;
+    - ``nccl_env``: the ``NCCL_*`` variables of the training container's environment;
+    - ``network_interface`` (Open MPI's TCP): the data NICs the nccl_env stage chose.
+
+    A value the nodes do not agree on, or a node whose NCCL stage has not run, is refused
+    (:class:`JobSpecError`, naming the nodes and the fix) unless the spec sets it itself.
+    """
+    if not isinstance(data, Mapping):
+        raise JobSpecError(["the job spec is not a YAML mapping; start from examples/jobs/resnet50-lightcc.yml"])
+    if not views:
+        raise JobSpecError(["--inventory: the inventory has no node in gpu_nodes; give the cluster's inventory"])
+    out = dict(data)
+    problems: list[str] = []
+
+    def common(key: str, what: str, read) -> Any:
+        values = {host: read(view) for host, view in views.items()}
+        distinct = sorted({json.dumps(v, sort_keys=True) for v in values.values()})
+        if len(distinct) == 1:
+            return next(iter(values.values()))
+        shown = ", ".join(f"{h}: {v}" for h, v in values.items())
+        problems.append(f"{key}: the nodes differ in {what} ({shown}); set {key} in the job spec")
+        return None
+
+    if "nodes" not in data and "node_count" not in data:
+        out["nodes"] = list(views)
+    if "gpus_per_node" not in data:
+        slots = common("gpus_per_node", "ranks per node (gpucluster_plan.slots)", lambda v: v.get("slots"))
+        if slots is not None:
+            out["gpus_per_node"] = slots
+    if "runtime" not in data:
+        runtime = common("runtime", "their runtime (switch with playbooks/runtime.yml)", lambda v: v.get("runtime"))
+        if runtime is not None:
+            out["runtime"] = runtime
+    given = data.get("nccl_env") or {}
+    if isinstance(given, Mapping):
+        contracts = {h: (v.get("contract") or {}).get("nccl") for h, v in views.items()}
+        missing = [h for h, c in contracts.items() if not c]
+        if missing and not given:
+            problems.append(f"nccl_env: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no NCCL "
+                            "settings yet (the nccl_env stage has not run there): run site.yml on the cluster "
+                            "first, or set nccl_env in the job spec")
+        merged: dict[str, str] = {}
+        if not missing:
+            envs = {h: {k: str(val) for k, val in (c.get("container_env") or {}).items() if k.startswith("NCCL_")}
+                    for h, c in contracts.items()}
+            for name in sorted({k for env in envs.values() for k in env} - set(given)):
+                values = {h: env.get(name) for h, env in envs.items()}
+                if len(set(values.values())) == 1:
+                    merged[name] = next(iter(values.values()))
+                else:
+                    shown = ", ".join(f"{h}: {v if v is not None else 'unset'}" for h, v in values.items())
+                    problems.append(f"nccl_env.{name}: the nodes differ ({shown}); one job needs one value: set "
+                                    f"nccl_env.{name} in the job spec (or give the nodes the same NIC names)")
+        out["nccl_env"] = {**merged, **given}
+        if "network_interface" not in data and not missing:
+            nics = common("network_interface", "their data NICs (the nccl_env stage's data_interfaces)",
+                          lambda v: list(v["contract"]["nccl"].get("data_interfaces") or ()))
+            if nics:
+                out["network_interface"] = ",".join(nics)
+    if problems:
+        raise JobSpecError(problems)
+    return out
 
 
 def _quantities(data: Mapping[str, Any]) -> tuple[str | None, str]:

@@ -26,6 +26,7 @@ from rich.table import Table
 import gpucluster
 from gpucluster.cli_diagnose import add_diagnose
 from gpucluster.cli_launch import add_launch, add_report
+from gpucluster.cli_plan import add_plan
 from gpucluster.converge_bench import add_bench
 
 console = Console(stderr=True)
@@ -110,7 +111,7 @@ def run_hosts(args: argparse.Namespace) -> int:
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _sandbox, _hosts, add_launch, add_report, add_diagnose, add_bench,
+    _sandbox, _hosts, add_plan, add_launch, add_report, add_diagnose, add_bench,
 ]
 
 

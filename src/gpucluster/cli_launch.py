@@ -3,7 +3,9 @@
 ``gpucluster launch SPEC.yml --mpirun|--mpijob|--env-file [--output FILE]`` renders a job spec
 (:mod:`gpucluster.launch`): the shell-quoted ``mpirun`` line, the MPIJob YAML (validated
 against the pinned mpi-operator CRD schema first), or the env file of the job's environment.
-Nothing is executed; running on the cluster is the playbooks' job.
+With ``--inventory INV`` what the spec leaves out comes from the nodes (``gpucluster plan``:
+nodes, ranks per node, runtime, the nccl_env stage's NCCL variables and data NICs; see
+``launch.spec_from_contract``). Nothing is executed; running on the cluster is the playbooks' job.
 
 ``gpucluster report RESULTS.json --out-dir DIR`` writes ``report.json``, ``report.md`` and
 ``report.png`` (:mod:`gpucluster.report`); ``RESULTS.json`` is the ``results.json`` that
@@ -40,6 +42,9 @@ def add_launch(sub: argparse._SubParsersAction) -> None:
                       help="the job environment as KEY=VALUE lines (docker --env-file format)")
     p.add_argument("--output", "-o", type=Path, default=None,
                    help="write here instead of stdout (its directory must exist)")
+    p.add_argument("--inventory", "-i", default=None,
+                   help="take what the spec leaves out from the cluster's nodes (gpucluster plan): nodes, "
+                        "gpus_per_node, runtime and the NCCL variables the nccl_env stage set")
     p.set_defaults(func=run_launch)
 
 
@@ -54,7 +59,13 @@ def run_launch(args: argparse.Namespace) -> int:
             f"--output {args.output}: directory {args.output.parent} does not exist; create it first "
             "(gpucluster launch makes no directories) or write elsewhere"
         )
-    job = mpijob.load_job_spec(args.spec)
+    if args.inventory:
+        from gpucluster.cli_plan import collect
+
+        data = launch.spec_from_contract(mpijob.read_job_spec(args.spec), collect(args.inventory, quiet=True))
+        job = mpijob.parse_job_spec(data)
+    else:
+        job = mpijob.load_job_spec(args.spec)
     if args.mode == "mpirun":
         text = launch.render_mpirun_command(job) + "\n"
     elif args.mode == "env":

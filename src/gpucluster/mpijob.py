@@ -40,6 +40,11 @@ class MPIJobSchemaError(ValueError):
 
 def load_job_spec(path: str | Path) -> JobSpec:
     """Read a job spec YAML file and validate it (:func:`parse_job_spec`)."""
+    return parse_job_spec(read_job_spec(path))
+
+
+def read_job_spec(path: str | Path) -> Any:
+    """The YAML of a job spec file, not yet validated (``JobSpecError`` if unreadable or empty)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -55,7 +60,7 @@ def load_job_spec(path: str | Path) -> JobSpec:
             f"{path}: the job spec is empty (no YAML mapping in it); start from "
             "examples/jobs/resnet50-lightcc.yml"
         ])
-    return parse_job_spec(data)
+    return data
 
 
 def to_yaml(documents: Sequence[Mapping[str, Any]]) -> str:

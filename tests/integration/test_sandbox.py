@@ -52,6 +52,18 @@ def test_second_run_changes_nothing(cluster):
     assert all(v["changed"] == 0 for v in rc.values()), r.stdout[-6000:]
 
 
+def test_plan_shows_every_node(cluster):
+    """``gpucluster plan`` prints every node's plan (preflight's gpucluster_plan plus the runtime and
+    hugepage pool the stages settle) from the real nodes; the reruns after it change nothing."""
+    r = run("gpucluster", "plan", "-i", str(INVENTORY), "--json")
+    plans = json.loads(r.stdout)
+    assert sorted(plans) == ["node-1", "node-2", "node-3"], r.stdout
+    for host, p in plans.items():
+        assert p["gpus"] == 0 and p["slots"] == 1 and p["driver"] == "absent", (host, p)
+        assert "eth0" in p["nics"] and "lo" not in p["nics"], (host, p)
+        assert p["runtime"] == "lightcc" and p["runtime_env"]["LIGHT_INTRA_SIZE"] == "1", (host, p)
+
+
 def test_site_from_the_installed_collection_changes_nothing(cluster):
     """The collection built from this checkout and installed into a temp collections path, run by
     a user's playbook outside the checkout (``import_playbook: gpucluster.cluster.site``, no

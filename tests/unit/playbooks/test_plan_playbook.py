@@ -1,0 +1,106 @@
+"""``gpucluster plan`` and playbooks/plan.yml, run for real on this machine (connection local):
+the node's plan and its stages' values come back as JSON, a refusal names host, variable and
+fix, and nothing on the node changes (no lock is taken)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def _inventory(tmp_path, **host):
+    inv = tmp_path / "hosts.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            # this machine: no GPU, no GRUB to regenerate, a CPU rank per node
+            "preflight_require_gpu": False, "hugepages_bootloader_update": False, "hugepages_count": 2,
+            "training_image_ref": "registry.example.com:5000/team/train:1.0",
+            "preflight_lock_path": str(tmp_path / "run.lock"), **host}
+    host = {k: v for k, v in host.items() if v is not None}
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-x": host}}}}}))
+    return inv
+
+
+def _env(tmp_path):
+    return {"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "HOME": str(tmp_path),
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+
+
+def _cli(tmp_path, inv, *args):
+    return subprocess.run([str(BIN / "gpucluster"), "plan", "-i", str(inv), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+
+
+def test_the_plan_of_a_gpu_less_node_comes_back_as_json_and_changes_nothing(tmp_path):
+    inv = _inventory(tmp_path, gpucluster_slots_per_node=2, runtime_profile_runtime="horovod")
+    r = _cli(tmp_path, inv, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    plans = json.loads(r.stdout)
+    assert list(plans) == ["node-x"]
+    p = plans["node-x"]
+    assert p["gpus"] == 0 and p["gpus_ready"] == 0 and p["slots"] == 2
+    assert p["nics"] and "lo" not in p["nics"] and all(not n.startswith(("docker", "veth")) for n in p["nics"])
+    # the stages' own read-only checks: the runtime this node would run and its pool
+    assert p["runtime"] == "horovod"
+    assert p["hugepages"]["count"] == 2
+    assert not (tmp_path / "run.lock").exists(), "plan took the run lock"
+
+
+def test_the_table_names_every_key(tmp_path):
+    r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1"):
+        assert key in r.stdout, (key, r.stdout)
+
+
+def test_a_node_without_gpus_and_without_ranks_is_refused_naming_the_fix(tmp_path):
+    r = _cli(tmp_path, _inventory(tmp_path))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "node-x: gpucluster_slots_per_node: is not set and the node has no GPU" in out
+    assert "Fix: set gpucluster_slots_per_node: <ranks per node>" in out
+    assert "the plan was refused" in out
+
+
+def test_a_bad_setting_is_refused_as_site_yml_would(tmp_path):
+    r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1, container_ssh_port=70000))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "node-x: container_ssh_port: 70000 is out of range" in out
+
+
+def test_a_relative_inventory_is_the_callers_and_an_empty_one_is_refused(tmp_path):
+    _inventory(tmp_path, gpucluster_slots_per_node=1)
+    r = _cli(tmp_path, Path("hosts.yml"), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert list(json.loads(r.stdout)) == ["node-x"]
+    (tmp_path / "empty.yml").write_text(yaml.safe_dump({"all": {"children": {"login": {"hosts": {"node-y": {}}}}}}))
+    r = _cli(tmp_path, Path("empty.yml"))
+    assert r.returncode == 1 and "the inventory has no node in gpu_nodes" in r.stderr, r.stdout + r.stderr
+
+
+def test_launch_takes_what_the_spec_leaves_out_from_the_nodes(tmp_path):
+    inv = _inventory(tmp_path, gpucluster_slots_per_node=2, runtime_profile_runtime="horovod")
+    spec = tmp_path / "job.yml"
+    spec.write_text(yaml.safe_dump({"name": "cpu-job", "image": "registry.example:5000/train:1",
+                                    "command": ["python3", "train.py"], "network_interface": "eth0",
+                                    "nccl_env": {"NCCL_SOCKET_IFNAME": "=eth0"}}))
+    r = subprocess.run([str(BIN / "gpucluster"), "launch", str(spec), "--mpirun", "-i", str(inv)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = r.stdout.strip()
+    assert " -np 2 " in line and "-H node-x:2" in line, line  # nodes and ranks from the plan
+    assert "HOROVOD_" in line and "LIGHT_" not in line, line  # the node's runtime
+    # this machine never ran the nccl_env stage: a spec without nccl_env is refused, naming the fix
+    spec.write_text(yaml.safe_dump({"name": "cpu-job", "image": "registry.example:5000/train:1",
+                                    "command": ["python3", "train.py"], "network_interface": "eth0"}))
+    r = subprocess.run([str(BIN / "gpucluster"), "launch", str(spec), "--mpirun", "-i", str(inv)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "node-x has no NCCL settings yet (the nccl_env stage has not run there)" in r.stderr

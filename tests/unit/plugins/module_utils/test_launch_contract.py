@@ -1,0 +1,96 @@
+"""``gpucluster launch --inventory``: what a job spec leaves out comes from the nodes' plan and
+the stages' contract (launch.spec_from_contract), and disagreement is refused naming the nodes."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpucluster.cluster.plugins.module_utils.launch import (
+    JobSpecError,
+    parse_job_spec,
+    render_mpirun,
+    spec_from_contract,
+)
+
+SPEC = {"name": "resnet50", "image": "registry.example:5000/train:1", "command": ["python", "train.py"]}
+
+
+def _view(slots=8, runtime="lightcc", nccl=True, ifname="=ens1f0", nics=("ens1f0",), **env):
+    container_env = {"NCCL_SOCKET_IFNAME": ifname, "NCCL_IB_HCA": "=mlx5_0,mlx5_1", "NCCL_IB_GID_INDEX": "3",
+                     "NCCL_NET_PLUGIN": "harp", "LIGHT_INTRA_SIZE": str(slots), **env}
+    contract = {"nccl": {"container_env": container_env, "data_interfaces": list(nics), "hcas": ["mlx5_0"]}
+                if nccl else None}
+    return {"gpus": 8, "slots": slots, "runtime": runtime, "contract": contract}
+
+
+def _views(*views):
+    return {f"node-{i + 1}": v for i, v in enumerate(views)}
+
+
+def test_a_spec_without_nodes_ranks_runtime_or_nccl_takes_them_from_the_nodes():
+    data = spec_from_contract(SPEC, _views(_view(), _view()))
+    assert data["nodes"] == ["node-1", "node-2"]
+    assert data["gpus_per_node"] == 8 and data["runtime"] == "lightcc"
+    # NCCL_* only: the runtime profile's variables are the node's env file's, not the job's
+    assert data["nccl_env"] == {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
+                                "NCCL_NET_PLUGIN": "harp", "NCCL_SOCKET_IFNAME": "=ens1f0"}
+    assert data["network_interface"] == "ens1f0"
+    job = parse_job_spec(data)
+    argv = render_mpirun(job)
+    assert "node-1:8,node-2:8" in argv and job.np == 16
+    assert "NCCL_SOCKET_IFNAME==ens1f0" in argv
+    assert "btl_tcp_if_include" in argv and argv[argv.index("btl_tcp_if_include") + 1] == "ens1f0"
+
+
+def test_what_the_spec_sets_wins_and_nccl_env_merges_per_variable():
+    spec = {**SPEC, "nodes": ["node-2"], "gpus_per_node": 4, "runtime": "horovod",
+            "nccl_env": {"NCCL_IB_GID_INDEX": "1"}}
+    data = spec_from_contract(spec, _views(_view(), _view()))
+    assert data["nodes"] == ["node-2"] and data["gpus_per_node"] == 4 and data["runtime"] == "horovod"
+    assert data["nccl_env"]["NCCL_IB_GID_INDEX"] == "1" and data["nccl_env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
+
+
+def test_a_node_count_spec_gets_no_node_list():
+    data = spec_from_contract({**SPEC, "node_count": 2}, _views(_view(), _view(), _view()))
+    assert "nodes" not in data and parse_job_spec(data).node_count == 2
+
+
+def test_nodes_that_differ_are_refused_naming_each_value_and_the_fix():
+    with pytest.raises(JobSpecError) as exc:
+        spec_from_contract(SPEC, _views(_view(slots=8), _view(slots=4, runtime="horovod", ifname="=eth1")))
+    text = str(exc.value)
+    assert "gpus_per_node: the nodes differ in ranks per node (gpucluster_plan.slots) (node-1: 8, node-2: 4)" in text
+    assert "set gpus_per_node in the job spec" in text
+    assert "runtime: the nodes differ in their runtime" in text and "node-2: horovod" in text
+    assert "nccl_env.NCCL_SOCKET_IFNAME: the nodes differ (node-1: =ens1f0, node-2: =eth1)" in text
+
+
+def test_a_variable_only_some_nodes_have_is_a_difference():
+    with pytest.raises(JobSpecError, match="nccl_env.NCCL_DEBUG: the nodes differ \\(node-1: INFO, node-2: unset\\)"):
+        spec_from_contract(SPEC, _views(_view(NCCL_DEBUG="INFO"), _view()))
+
+
+def test_the_spec_settles_a_difference_itself():
+    data = spec_from_contract({**SPEC, "nccl_env": {"NCCL_SOCKET_IFNAME": "=eth1"}, "gpus_per_node": 4},
+                              _views(_view(slots=8), _view(slots=4, ifname="=eth2")))
+    assert data["nccl_env"]["NCCL_SOCKET_IFNAME"] == "=eth1" and data["gpus_per_node"] == 4
+
+
+def test_a_node_without_the_nccl_stage_needs_nccl_env_in_the_spec():
+    with pytest.raises(JobSpecError, match="node-2 has no NCCL settings yet .* run site.yml"):
+        spec_from_contract(SPEC, _views(_view(), _view(nccl=False)))
+    data = spec_from_contract({**SPEC, "nccl_env": {"NCCL_SOCKET_IFNAME": "=eth0"}}, _views(_view(), _view(nccl=False)))
+    assert data["nccl_env"] == {"NCCL_SOCKET_IFNAME": "=eth0"}
+
+
+def test_no_nodes_or_no_mapping_is_refused():
+    with pytest.raises(JobSpecError, match="no node in gpu_nodes"):
+        spec_from_contract(SPEC, {})
+    with pytest.raises(JobSpecError, match="not a YAML mapping"):
+        spec_from_contract(["a"], _views(_view()))
+
+
+def test_data_nics_that_differ_need_network_interface_in_the_spec():
+    with pytest.raises(JobSpecError, match="network_interface: the nodes differ in their data NICs"):
+        spec_from_contract(SPEC, _views(_view(), _view(nics=("ens2f0",))))
+    data = spec_from_contract({**SPEC, "network_interface": "10.0.0.0/16"}, _views(_view(), _view(nics=("ens2f0",))))
+    assert data["network_interface"] == "10.0.0.0/16"
