@@ -53,7 +53,8 @@ def _slots(slots_per_node, gpus):
         return 0, [Problem(
             "gpucluster_slots_per_node",
             f"{slots_per_node!r} is not a whole number of ranks per node of at least 1",
-            f"set it to the GPUs per node ({gpus} found here), or remove it to take that count",
+            (f"set it to the GPUs per node ({gpus} found here), or remove it to take that count" if gpus else
+             "set it to the ranks per node, at least 1 (this node has no GPU, so it cannot be left out)"),
         )]
     return n, []
 

@@ -119,6 +119,8 @@ def test_user_keys_in_daemon_json_survive(cluster):
         # The stages' own read-only checks, run by preflight too.
         ("runtime_profile_light_topk_ratio=2", "runtime_profile_light_topk_ratio: LIGHT_TOPK_RATIO=2 is out of range"),
         ("hugepages_count=100000", "100000 x 1 GiB = 97.7 TiB would leave 0 B"),
+        # The plan's own value (module_utils/plan.py).
+        ("gpucluster_slots_per_node=0", "gpucluster_slots_per_node: '0' is not a whole number of ranks per node"),
     ],
 )
 def test_bad_input_fails_before_anything_changes(cluster, extra, expect):

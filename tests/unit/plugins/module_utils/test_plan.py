@@ -97,6 +97,12 @@ def test_bad_slots_are_refused_naming_the_value_and_the_gpu_count(bad):
     assert "(8 found here)" in msg
 
 
+def test_a_bad_value_on_a_node_without_gpus_names_the_fix_that_works_there():
+    (msg,) = plan.node_plan("cpu-3", _facts_no_gpu(), {}, ["eth0"], "0")[1]
+    assert msg.startswith("cpu-3: gpucluster_slots_per_node: '0' is not a whole number of ranks per node")
+    assert "Fix: set it to the ranks per node, at least 1 (this node has no GPU" in msg
+
+
 def test_no_facts_at_all_plan_nothing_and_say_why():
     p, errors = plan.node_plan("node-1", None, None, None)
     assert p == {"gpus": 0, "gpus_ready": 0, "driver": "unknown", "slots": 0, "nics": [], "hcas": []}
