@@ -15,7 +15,8 @@ MANIFEST = ROOT / "src/gpucluster/data/mpi-operator-v0.8.2/mpi-operator.yaml"
 
 
 @pytest.mark.parametrize("name", ["runtime.yml", "benchmark.yml", "k8s.yml", "training.yml", "reboot.yml",
-                                  "host_stack.yml", "network.yml", "health.yml", "validate.yml", "plan.yml", "site.yml"])
+                                  "host_stack.yml", "network.yml", "health.yml", "validate.yml", "plan.yml",
+                                  "site.yml"])
 def test_syntax_check(name):
     r = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "--syntax-check", f"playbooks/{name}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)

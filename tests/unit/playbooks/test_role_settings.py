@@ -53,7 +53,8 @@ def test_the_import_gives_the_roles_value_and_the_inventory_wins(tmp_path):
                       {"name": "Import", "ansible.builtin.import_role": {"name": "nccl_net_plugin",
                                                                           "tasks_from": "defaults.yml"}}],
         "tasks": [{"name": "Show", "ansible.builtin.debug": {
-            "msg": "name={{ training_image_container_name }} lib={{ nccl_net_plugin_dir }}/{{ __nccl_net_plugin_file }}"}}],
+            "msg": "name={{ training_image_container_name }} "
+                   "lib={{ nccl_net_plugin_dir }}/{{ __nccl_net_plugin_file }}"}}],
     }]))
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(tmp_path),
            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles")}
