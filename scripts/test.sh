@@ -30,5 +30,5 @@ fi
 # only stretch the sandbox worker, the run's longest path.
 exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-2}" --dist loadgroup --durations=15 tests/unit tests/molecule \
   tests/integration/test_packaging.py \
-  tests/integration/test_sandbox.py tests/integration/test_health.py tests/integration/test_membership.py \
+  tests/integration/test_check_mode.py tests/integration/test_sandbox.py tests/integration/test_health.py tests/integration/test_membership.py \
   tests/integration/test_benchmark.py tests/integration/test_teardown.py
