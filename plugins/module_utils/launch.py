@@ -475,11 +475,6 @@ def parse_job_spec(data: Mapping[str, Any]) -> JobSpec:
     )
 
 
-#: What ``gpucluster launch --inventory`` takes from the nodes (playbooks/plan.yml's view of each):
-#: the spec key, and where each node's value is.
-CONTRACT_KEYS = ("nodes", "gpus_per_node", "runtime", "nccl_env", "network_interface")
-
-
 def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The job spec ``data`` with what it leaves out taken from the nodes.
 
