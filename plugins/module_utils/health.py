@@ -868,7 +868,7 @@ def check_container_running(name, info):
 
 
 def drift(contract, container_env, interface_facts):
-    """Compare the nccl_env local fact (``ansible_local.gpucluster_nccl``: container_env,
+    """Compare the nccl_env local fact (``ansible_local.gpucluster.nccl``: container_env,
     data_interfaces, hcas) with the running container's environment (``NAME=value`` list of
     ``docker inspect .Config.Env``) and the node's interfaces.
 
@@ -882,7 +882,7 @@ def drift(contract, container_env, interface_facts):
                 "contract": None,
                 "actual": None,
                 "status": "not converged",
-                "note": "no /etc/ansible/facts.d/gpucluster_nccl.fact: the nccl_env stage never ran here",
+                "note": "no /etc/gpucluster/contract.d/nccl.json: the nccl_env stage never ran here",
             }
         ]
     actual_env = {}

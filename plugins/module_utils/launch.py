@@ -480,13 +480,16 @@ def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str,
 
     ``views``: ``{host: view}`` in inventory order, each what ``gpucluster plan`` reports for a
     node: ``slots`` (the plan's ranks per node), ``runtime`` (the one the runtime_profile stage
-    settled) and ``contract.nccl`` (the nccl_env stage's local fact, ``ansible_local.gpucluster_nccl``).
+    settled) and ``contract`` (the node contract, ``ansible_local.gpucluster``: ``nccl`` the nccl_env
+    stage's, ``ssh`` the container_ssh stage's).
     A key the spec sets wins; ``nccl_env`` is merged per variable. Defaults taken:
 
     - ``nodes``: every host, when the spec gives neither ``nodes`` nor ``node_count``;
     - ``gpus_per_node``: the nodes' ranks per node; ``runtime``: the nodes' runtime;
     - ``nccl_env``: the ``NCCL_*`` variables of the training container's environment;
-    - ``network_interface`` (Open MPI's TCP): the data NICs the nccl_env stage chose.
+    - ``network_interface`` (Open MPI's TCP): the data NICs the nccl_env stage chose;
+    - ``ssh_port``: the training containers' sshd port the container_ssh stage published
+      (``contract.ssh.port``), where every node has published it.
 
     A value the nodes do not agree on, or a node whose NCCL stage has not run, is refused
     (:class:`JobSpecError`, naming the nodes and the fix) unless the spec sets it itself.
@@ -543,6 +546,13 @@ def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str,
                           lambda v: list(v["contract"]["nccl"].get("data_interfaces") or ()))
             if nics:
                 out["network_interface"] = ",".join(nics)
+    if "ssh_port" not in data:
+        ssh = {h: ((v.get("contract") or {}).get("ssh") or {}).get("port") for h, v in views.items()}
+        if all(port is not None for port in ssh.values()):
+            port = common("ssh_port", "their training containers' sshd port (container_ssh_port)",
+                          lambda v: v["contract"]["ssh"]["port"])
+            if port is not None:
+                out["ssh_port"] = port
     if problems:
         raise JobSpecError(problems)
     return out

@@ -2,8 +2,9 @@
 
 Runs the same gathering and checks as site.yml's preflight, so a bad setting is refused here as
 it would be there (Ansible's output names host, variable and fix), then prints one table per
-node - GPUs, ranks per node, NICs, HCAs, the hugepage pool, the runtime and its environment -
-or ``--json`` on stdout.
+node - GPUs, ranks per node, NICs, HCAs, the hugepage pool, the runtime and its environment,
+and the node contract (what each stage published, ``ansible_local.gpucluster``) - or ``--json``
+on stdout.
 """
 
 from __future__ import annotations
@@ -21,6 +22,22 @@ from rich.table import Table
 
 #: The plan's keys first, in module_utils/plan.py's order, then what the stages settled.
 ROWS = ("gpus", "gpus_ready", "driver", "slots", "nics", "hcas", "hugepages", "runtime", "runtime_env")
+
+
+def _contract_cell(contract) -> str:
+    """The node contract (what each stage published, ansible_local.gpucluster) in one cell: per
+    stage its plain values and lists; "-" before any stage ran."""
+    if not isinstance(contract, dict) or not contract:
+        return "-"
+    lines = []
+    for stage, data in sorted(contract.items()):
+        if not isinstance(data, dict):
+            lines.append(f"{stage}: {data}")
+            continue
+        shown = [f"{k}={', '.join(map(str, v)) if isinstance(v, list) else v}"
+                 for k, v in sorted(data.items()) if not isinstance(v, dict)]
+        lines.append(f"{stage}: {' '.join(shown) or '-'}")
+    return "\n".join(lines)
 
 
 def add_plan(sub: argparse._SubParsersAction) -> None:
@@ -88,6 +105,8 @@ def render(plans: dict, console: Console) -> None:
                 if key == "hugepages" and isinstance(value, dict):
                     value = {k: v for k, v in value.items() if not isinstance(v, (dict, list))}
                 table.add_row(key, escape(_cell(value)))
+        if "contract" in plan:
+            table.add_row("contract", escape(_contract_cell(plan["contract"])))
         console.print(table)
 
 

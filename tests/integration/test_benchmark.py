@@ -160,7 +160,7 @@ def check_node(node: str, runtime: str) -> None:
     live = dict(line.split("=", 1) for line in container(node, "env").splitlines() if "=" in line)
     assert {k: v for k, v in live.items() if k.startswith(("LIGHT_", "HOROVOD_"))} == profile
     # ... over the NCCL stage's settings, which the switch keeps (from the node's local fact).
-    nccl = json.loads(node_exec(node, "cat", "/etc/ansible/facts.d/gpucluster_nccl.fact"))["container_env"]
+    nccl = json.loads(node_exec(node, "cat", "/etc/gpucluster/contract.d/nccl.json"))["container_env"]
     assert nccl["NCCL_SOCKET_IFNAME"].startswith("=") and "OMPI_MCA_btl_tcp_if_include" in nccl, nccl
     assert {k: live.get(k) for k in nccl} == nccl
     if runtime == "horovod":

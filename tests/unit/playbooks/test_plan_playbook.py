@@ -49,13 +49,15 @@ def test_the_plan_of_a_gpu_less_node_comes_back_as_json_and_changes_nothing(tmp_
     # the stages' own read-only checks: the runtime this node would run and its pool
     assert p["runtime"] == "horovod"
     assert p["hugepages"]["count"] == 2
+    # no stage ran on this machine: an empty node contract (ansible_local.gpucluster)
+    assert p["contract"] == {}
     assert not (tmp_path / "run.lock").exists(), "plan took the run lock"
 
 
 def test_the_table_names_every_key(tmp_path):
     r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1))
     assert r.returncode == 0, r.stdout + r.stderr
-    for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1"):
+    for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1", "contract"):
         assert key in r.stdout, (key, r.stdout)
 
 

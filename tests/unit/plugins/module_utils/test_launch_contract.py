@@ -94,3 +94,24 @@ def test_data_nics_that_differ_need_network_interface_in_the_spec():
         spec_from_contract(SPEC, _views(_view(), _view(nics=("ens2f0",))))
     data = spec_from_contract({**SPEC, "network_interface": "10.0.0.0/16"}, _views(_view(), _view(nics=("ens2f0",))))
     assert data["network_interface"] == "10.0.0.0/16"
+
+
+def _with_ssh(view, port):
+    return {**view, "contract": {**view["contract"], "ssh": {"port": port, "hostfile": "/etc/gpucluster/mpi/hostfile"}}}
+
+
+def test_the_sshd_port_comes_from_the_container_ssh_stage():
+    data = spec_from_contract(SPEC, _views(_with_ssh(_view(), 2022), _with_ssh(_view(), 2022)))
+    assert data["ssh_port"] == 2022
+    argv = render_mpirun(parse_job_spec(data))
+    assert "-p 2022" in " ".join(argv)
+    # The spec's own port wins; nodes that have not published one leave the spec's default.
+    assert spec_from_contract({**SPEC, "ssh_port": 2200}, _views(_with_ssh(_view(), 2022)))["ssh_port"] == 2200
+    assert "ssh_port" not in spec_from_contract(SPEC, _views(_with_ssh(_view(), 2022), _view()))
+
+
+def test_sshd_ports_that_differ_are_refused():
+    with pytest.raises(JobSpecError) as exc:
+        spec_from_contract(SPEC, _views(_with_ssh(_view(), 2022), _with_ssh(_view(), 2222)))
+    assert "ssh_port: the nodes differ in their training containers' sshd port (container_ssh_port) " \
+           "(node-1: 2022, node-2: 2222); set ssh_port in the job spec" in str(exc.value)

@@ -291,7 +291,7 @@ def test_render_nccl_conf_text():
 )
 def test_rendering_again_from_the_recorded_choice_gives_the_same_settings(ifaces, ports):
     # playbooks/runtime.yml re-renders /etc/nccl.conf from what the last converge recorded
-    # (ansible_local.gpucluster_nccl: data_interfaces, hcas) because it has no GPU-NIC map;
+    # (ansible_local.gpucluster.nccl: data_interfaces, hcas) because it has no GPU-NIC map;
     # the result must be what site.yml wrote, or the next converge would change the node again.
     first = render_nccl_env(ifaces, ports)
     again = render_nccl_env(ifaces, ports, data_interfaces=first["data_interfaces"], hcas=first["hcas"] or None)
