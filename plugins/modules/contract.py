@@ -19,8 +19,9 @@ description:
   - The stage's file is written only when its content differs (sorted JSON), to a temporary file
     renamed over the old one. O(state=absent) removes it. O(remove_facts) removes a stage's
     older local fact files from O(facts_path) (what it published before the contract existed).
-  - Returns the whole contract after the change (every stage's file), so the run can use it
-    without gathering facts again.
+  - Returns the whole contract after the change (every stage's file); the collection's action
+    plugin of the same name puts it into this run's C(ansible_local.gpucluster) (the node's other
+    local facts kept), so later tasks read what was just published without gathering facts again.
 version_added: "0.1.0"
 author:
   - gpucluster contributors
@@ -59,6 +60,8 @@ attributes:
   diff_mode:
     support: full
     details: The stage file's JSON before and after.
+  facts:
+    support: full
   platform:
     platforms: posix
 seealso:
@@ -88,6 +91,11 @@ contract:
   returned: always
   type: dict
   sample: {"nccl": {"data_interfaces": ["eth1"]}, "runtime": {"runtime": "lightcc"}}
+ansible_facts:
+  description: C(ansible_local) with C(gpucluster) set to O(contract) (by the action plugin).
+  returned: success
+  type: dict
+  sample: {"ansible_local": {"gpucluster": {"runtime": {"runtime": "lightcc"}}}}
 """
 
 import json
