@@ -40,6 +40,22 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     return {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"} for m in RECAP.finditer(output)}
 
 
+TASK_HEADER = re.compile(r"^(TASK|RUNNING HANDLER) \[.*\] \*+$|^PLAY RECAP ")
+
+
+def changes(output: str) -> str:
+    """Every task that reported a change or a failure, with its result lines and diff: what an
+    assertion that a run changed nothing prints (the run's last lines when there is none)."""
+    blocks, block = [], []
+    for line in output.splitlines() + ["PLAY RECAP "]:
+        if TASK_HEADER.match(line):
+            if any(b.startswith(("changed:", "fatal:", "failed:")) for b in block):
+                blocks.append("\n".join(block))
+            block = []
+        block.append(line)
+    return "\n\n".join(blocks) or output[-6000:]
+
+
 def playbook(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run("ansible-playbook", "-i", str(INVENTORY), *args, check=check)
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.docker_env import ROOT
-from tests.integration.conftest import node_exec, playbook, recap, sandbox_nodes
+from tests.integration.conftest import changes, node_exec, playbook, recap, sandbox_nodes
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_a_package_that_cannot_be_had_fails_naming_package_and_source(clean, run
             assert f"{host}{text}" in r.stdout if text.startswith(":") else text in r.stdout, r.stdout[-4000:]
     # Refused in the checks, before anything changed on any node.
     assert "PLAY [Runtime - switch" not in r.stdout
-    assert all(v["changed"] == 0 for v in recap(r.stdout).values())
+    assert all(v["changed"] == 0 for v in recap(r.stdout).values()), changes(r.stdout)
 
 
 def test_a_switch_that_would_mix_runtimes_is_refused(clean):
@@ -140,7 +140,7 @@ def test_a_switch_that_would_mix_runtimes_is_refused(clean):
     assert r.returncode != 0
     assert "refusing to switch node-1 to horovod: nodes would run different runtimes (node-1 on horovod; " \
            "node-2, node-3 on lightcc)" in r.stdout, r.stdout[-3000:]
-    assert all(v["changed"] == 0 for v in recap(r.stdout).values())
+    assert all(v["changed"] == 0 for v in recap(r.stdout).values()), changes(r.stdout)
 
 
 # --- runtime.yml: both ways, then nothing to do -----------------------------------------------------
@@ -192,7 +192,7 @@ def test_switch_both_ways_and_a_second_run_changes_nothing(stand_ins):
         again = playbook("playbooks/runtime.yml", "-e", f"runtime={runtime}", "-e", f"@{stand_ins}")
         rc = recap(again.stdout)
         assert sorted(rc) == nodes
-        assert all(v["changed"] == 0 for v in rc.values()), again.stdout[-6000:]
+        assert all(v["changed"] == 0 for v in rc.values()), changes(again.stdout)
         if runtime == "horovod":
             converge_keeps_the_switch(nodes)
 
@@ -205,7 +205,7 @@ def converge_keeps_the_switch(nodes: list[str]) -> None:
     site = playbook("site.yml")
     rc = recap(site.stdout)
     assert sorted(rc) == nodes
-    assert all(v["changed"] == 0 and v["failed"] == 0 for v in rc.values()), site.stdout[-6000:]
+    assert all(v["changed"] == 0 and v["failed"] == 0 for v in rc.values()), changes(site.stdout)
     for node in nodes:
         assert node_exec(node, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}",
                          "gpucluster-train") == started[node]

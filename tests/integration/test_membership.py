@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.docker_env import docker_client
-from tests.integration.conftest import node_exec, playbook, recap, run, sandbox_nodes
+from tests.integration.conftest import changes, node_exec, playbook, recap, run, sandbox_nodes
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_a_stopped_node_stops_the_training_stage_on_every_node_naming_it(sandbox
     for n in nodes:
         assert _hostfile_nodes(n) == nodes, n
     r = playbook("playbooks/training.yml")
-    assert all(v["changed"] == 0 and v["failed"] == 0 for v in recap(r.stdout).values()), r.stdout[-3000:]
+    assert all(v["changed"] == 0 and v["failed"] == 0 for v in recap(r.stdout).values()), changes(r.stdout)
 
 
 def test_an_exclusion_of_a_node_the_inventory_lacks_is_refused_before_anything_changes(sandbox):

@@ -114,7 +114,8 @@ def test_ansible_setup_reads_it_as_ansible_local_gpucluster(tmp_path, capsys):
     _run(capsys, tmp_path, stage="nccl", data=NCCL)
     _run(capsys, tmp_path, stage="runtime", data={"runtime": "lightcc", "env_file": "/etc/gpucluster/runtime.env"})
     ansible = Path(sys.executable).parent / "ansible"
-    r = subprocess.run([str(ansible), "localhost", "-c", "local", "-m", "ansible.builtin.setup",
+    # -i localhost,: the project's ansible.cfg names the sandbox inventory (its group_vars need inventory_dir).
+    r = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local", "-m", "ansible.builtin.setup",
                         "-a", f"gather_subset=!all fact_path={tmp_path / 'facts.d'} filter=ansible_local",
                         "-e", f"ansible_python_interpreter={sys.executable}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120,
