@@ -93,6 +93,9 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.launch_schema i
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.runtime import (
     DEFAULT_GPUS_PER_NODE,
+    HOROVOD_VARIABLES,
+    INTRA,
+    LIGHTCC_VARIABLES,
     ProfileError,
     RuntimeProfile,
     build_profile,
@@ -489,7 +492,16 @@ def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str,
     - ``nccl_env``: the ``NCCL_*`` variables of the training container's environment;
     - ``network_interface`` (Open MPI's TCP): the data NICs the nccl_env stage chose;
     - ``ssh_port``: the training containers' sshd port the container_ssh stage published
-      (``contract.ssh.port``), where every node has published it.
+      (``contract.ssh.port``), where every node has published it;
+    - the NCCL net plugin, where every node's nccl_net_plugin stage has published
+      (``contract.net_plugin``): a library NCCL loads adds its ``NCCL_*`` variables to
+      ``nccl_env``; a library set aside (the runtime switch to horovod) drops ``NCCL_NET_PLUGIN``,
+      so the job never names a plugin the nodes do not load;
+    - ``profile``: the runtime variables the runtime_profile stage tuned on the nodes
+      (``contract.runtime.env``), where every node published them for the job's runtime. So the
+      MPIJob carries the nodes' tuned values (not the vendor defaults) and ``mpirun`` sets the same
+      values. ``LIGHT_INTRA_SIZE`` only when the spec leaves ``gpus_per_node`` to the nodes (it
+      divides the ranks per node).
 
     A value the nodes do not agree on, or a node whose NCCL stage has not run, is refused
     (:class:`JobSpecError`, naming the nodes and the fix) unless the spec sets it itself.
@@ -532,6 +544,14 @@ def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str,
         if not missing:
             envs = {h: {k: str(val) for k, val in (c.get("container_env") or {}).items() if k.startswith("NCCL_")}
                     for h, c in contracts.items()}
+            plugins = {h: (v.get("contract") or {}).get("net_plugin") for h, v in views.items()}
+            if all(plugins.values()):
+                for h, plugin in plugins.items():
+                    if plugin.get("loaded"):
+                        envs[h].update({k: str(val) for k, val in (plugin.get("env") or {}).items()
+                                        if k.startswith("NCCL_")})
+                    else:
+                        envs[h].pop("NCCL_NET_PLUGIN", None)
             for name in sorted({k for env in envs.values() for k in env} - set(given)):
                 values = {h: env.get(name) for h, env in envs.items()}
                 if len(set(values.values())) == 1:
@@ -546,6 +566,7 @@ def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str,
                           lambda v: list(v["contract"]["nccl"].get("data_interfaces") or ()))
             if nics:
                 out["network_interface"] = ",".join(nics)
+    _profile_from_contract(data, out, views, problems)
     if "ssh_port" not in data:
         ssh = {h: ((v.get("contract") or {}).get("ssh") or {}).get("port") for h, v in views.items()}
         if all(port is not None for port in ssh.values()):
@@ -556,6 +577,33 @@ def spec_from_contract(data: Mapping[str, Any], views: Mapping[str, Mapping[str,
     if problems:
         raise JobSpecError(problems)
     return out
+
+
+def _profile_from_contract(data: Mapping[str, Any], out: dict[str, Any],
+                           views: Mapping[str, Mapping[str, Any]], problems: list[str]) -> None:
+    """``out["profile"]``: the spec's runtime profile, filled with the variables every node's
+    runtime_profile stage published (``contract.runtime``) for the job's runtime."""
+    given = data.get("profile") or {}
+    runtime = out.get("runtime", "lightcc")
+    published = {h: (v.get("contract") or {}).get("runtime") or {} for h, v in views.items()}
+    if not isinstance(given, Mapping) or not all(p.get("runtime") == runtime and isinstance(p.get("env"), Mapping)
+                                                 for p in published.values()):
+        return
+    variables = (LIGHTCC_VARIABLES if runtime == "lightcc" else ()) + HOROVOD_VARIABLES
+    taken = {str(k).strip().upper() for k in given}
+    names = [v.name for v in variables if v.name not in taken and (v.kind != INTRA or "gpus_per_node" not in data)]
+    filled: dict[str, str] = {}
+    for name in names:
+        values = {h: p["env"].get(name) for h, p in published.items()}
+        if len({json.dumps(val) for val in values.values()}) == 1:
+            if next(iter(values.values())) is not None:
+                filled[name] = str(next(iter(values.values())))
+        else:
+            shown = ", ".join(f"{h}: {val if val is not None else 'unset'}" for h, val in values.items())
+            problems.append(f"profile.{name}: the nodes' runtime profiles differ ({shown}); one job needs one value: "
+                            f"set profile.{name} in the job spec (or give the nodes one runtime_profile)")
+    if filled:
+        out["profile"] = {**filled, **given}
 
 
 def _quantities(data: Mapping[str, Any]) -> tuple[str | None, str]:

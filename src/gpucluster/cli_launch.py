@@ -4,7 +4,8 @@
 (:mod:`gpucluster.launch`): the shell-quoted ``mpirun`` line, the MPIJob YAML (validated
 against the pinned mpi-operator CRD schema first), or the env file of the job's environment.
 With ``--inventory INV`` what the spec leaves out comes from the nodes (``gpucluster plan``:
-nodes, ranks per node, runtime, the nccl_env stage's NCCL variables and data NICs; see
+nodes, ranks per node, runtime, the nccl_env stage's NCCL variables and data NICs, the net plugin,
+the tuned runtime profile, the sshd port; see
 ``launch.spec_from_contract``). Nothing is executed; running on the cluster is the playbooks' job.
 
 ``gpucluster report RESULTS.json --out-dir DIR`` writes ``report.json``, ``report.md`` and

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils.launch import (
     JobSpecError,
+    mpijob_env,
     parse_job_spec,
+    profile_forwarded,
     render_mpirun,
     spec_from_contract,
 )
@@ -115,3 +117,82 @@ def test_sshd_ports_that_differ_are_refused():
         spec_from_contract(SPEC, _views(_with_ssh(_view(), 2022), _with_ssh(_view(), 2222)))
     assert "ssh_port: the nodes differ in their training containers' sshd port (container_ssh_port) " \
            "(node-1: 2022, node-2: 2222); set ssh_port in the job spec" in str(exc.value)
+
+
+def _with(view, stage, data):
+    return {**view, "contract": {**view["contract"], stage: data}}
+
+
+TUNED = {"LIGHT_2D_ALLREDUCE": "1", "LIGHT_INTRA_SIZE": "4", "LIGHT_HIERARCHICAL_THRESHOLD": "1073741824",
+         "LIGHT_TOPK_ALLREDUCE": "1", "LIGHT_TOPK_RATIO": "0.05", "LIGHT_TOPK_THRESHOLD": "1048576",
+         "LIGHT_TOPK_FP16": "0"}
+
+
+def _tuned(view, runtime="lightcc", **env):
+    return _with(view, "runtime", {"runtime": runtime, "env": {**TUNED, **env},
+                                   "env_file": "/etc/gpucluster/runtime.env"})
+
+
+def test_the_runtime_profile_comes_from_the_nodes_tuning_so_both_launchers_agree():
+    data = spec_from_contract({**SPEC, "profile": {"light_topk_ratio": 0.1}}, _views(_tuned(_view()), _tuned(_view())))
+    # The spec's own value wins (any spelling); the rest is the nodes' tuning, LIGHT_INTRA_SIZE included.
+    assert data["profile"] == {**{k: v for k, v in TUNED.items() if k != "LIGHT_TOPK_RATIO"}, "light_topk_ratio": 0.1}
+    job = parse_job_spec(data)
+    assert job.profile.values["LIGHT_TOPK_RATIO"] == 0.1 and job.profile.values["LIGHT_2D_ALLREDUCE"] == 1
+    assert job.profile.values["LIGHT_INTRA_SIZE"] == 4 and job.profile.values["LIGHT_TOPK_ALLREDUCE"] == 1
+    # The MPIJob (no node env file in a pod) carries the nodes' tuned values, not the vendor defaults
+    # (LIGHT_2D_ALLREDUCE 0, LIGHT_TOPK_ALLREDUCE 0), and mpirun sets the same ones.
+    env = mpijob_env(job)
+    assert env["LIGHT_2D_ALLREDUCE"] == "1" and env["LIGHT_TOPK_ALLREDUCE"] == "1" and env["LIGHT_INTRA_SIZE"] == "4"
+    argv = render_mpirun(job)
+    assert "LIGHT_2D_ALLREDUCE=1" in argv and "LIGHT_TOPK_RATIO=0.1" in argv
+    assert profile_forwarded(job) == []
+    # Without the runtime stage's contract the spec's profile stays as given (mpirun forwards the rest).
+    assert spec_from_contract(SPEC, _views(_view(), _view())).get("profile") is None
+
+
+def test_ranks_per_node_set_by_the_spec_leave_light_intra_size_to_it():
+    data = spec_from_contract({**SPEC, "gpus_per_node": 6}, _views(_tuned(_view()), _tuned(_view())))
+    assert "LIGHT_INTRA_SIZE" not in data["profile"]
+    assert parse_job_spec(data).profile.values["LIGHT_INTRA_SIZE"] == 6
+
+
+def test_nodes_tuned_apart_are_refused_unless_the_spec_sets_the_variable():
+    views = _views(_tuned(_view()), _tuned(_view(), LIGHT_TOPK_RATIO="0.2"))
+    with pytest.raises(JobSpecError) as exc:
+        spec_from_contract(SPEC, views)
+    assert "profile.LIGHT_TOPK_RATIO: the nodes' runtime profiles differ (node-1: 0.05, node-2: 0.2); one job " \
+           "needs one value: set profile.LIGHT_TOPK_RATIO in the job spec" in str(exc.value)
+    data = spec_from_contract({**SPEC, "profile": {"LIGHT_TOPK_RATIO": 0.1}}, views)
+    assert parse_job_spec(data).profile.values["LIGHT_TOPK_RATIO"] == 0.1
+
+
+def test_nodes_on_another_runtime_than_the_job_give_it_no_profile():
+    data = spec_from_contract({**SPEC, "runtime": "horovod"}, _views(_tuned(_view()), _tuned(_view())))
+    assert "profile" not in data and parse_job_spec(data).runtime == "horovod"
+    horovod = {"runtime": "horovod", "env": {"HOROVOD_FUSION_THRESHOLD": "67108864"}}
+    data = spec_from_contract(SPEC, _views(_with(_view(runtime="horovod"), "runtime", horovod),
+                                           _with(_view(runtime="horovod"), "runtime", horovod)))
+    assert data["runtime"] == "horovod" and data["profile"] == {"HOROVOD_FUSION_THRESHOLD": "67108864"}
+    assert parse_job_spec(data).profile.values["HOROVOD_FUSION_THRESHOLD"] == 67108864
+
+
+def _plugin(view, loaded, env=None):
+    return _with(view, "net_plugin", {"loaded": loaded, "library": "/opt/gpucluster/tools/nccl-net/libnccl-net.so",
+                                      "aside": "/opt/gpucluster/tools/nccl-net/disabled/libnccl-net.so",
+                                      "env": env or {}})
+
+
+def test_the_net_plugin_the_nodes_load_is_the_jobs_and_one_set_aside_is_not():
+    lib = {"NCCL_NET_PLUGIN": "/opt/gpucluster/tools/nccl-net/libnccl-net.so"}
+    loaded = spec_from_contract(SPEC, _views(_plugin(_view(), True, lib), _plugin(_view(), True, lib)))
+    assert loaded["nccl_env"]["NCCL_NET_PLUGIN"] == lib["NCCL_NET_PLUGIN"]
+    # The runtime switch to horovod set the library aside: the nccl stage's env still names the
+    # plugin (harp, in _view), the job must not.
+    aside = spec_from_contract(SPEC, _views(_plugin(_view(), False), _plugin(_view(), False)))
+    assert "NCCL_NET_PLUGIN" not in aside["nccl_env"] and aside["nccl_env"]["NCCL_SOCKET_IFNAME"] == "=ens1f0"
+    # One node loads it, one does not: one job cannot have both.
+    with pytest.raises(JobSpecError, match="nccl_env.NCCL_NET_PLUGIN: the nodes differ"):
+        spec_from_contract(SPEC, _views(_plugin(_view(), True, lib), _plugin(_view(), False)))
+    # A node that has not published the plugin stage: the nccl stage's env as it is.
+    assert spec_from_contract(SPEC, _views(_plugin(_view(), False), _view()))["nccl_env"]["NCCL_NET_PLUGIN"] == "harp"
