@@ -77,6 +77,33 @@ def test_plan_shows_every_node(cluster):
         assert c["net_plugin"]["loaded"] is False and c["net_plugin"]["env"] == {}, (host, c)
 
 
+def test_launch_from_the_inventory_takes_the_jobs_defaults_from_the_nodes(cluster, tmp_path: Path):
+    """``gpucluster launch --inventory``: a spec with only a name, an image and a command gets the
+    nodes, the ranks per node, the NCCL variables, the data NIC, the sshd port and the runtime
+    profile the nodes were tuned with (each node's /etc/gpucluster/runtime.env), in both launchers:
+    mpirun sets them by value (it forwarded them by name before). The sandbox's profile is the
+    vendor's; the unit tests (test_launch_contract.py) cover values tuned away from it."""
+    spec = tmp_path / "job.yml"
+    spec.write_text(yaml.safe_dump({"name": "sandbox-job", "image": "registry.example:5000/train:1",
+                                    "command": ["python3", "train.py"]}))
+    tuned = {}
+    for node in sandbox_nodes():
+        env = dict(line.split("=", 1) for line in node_exec(node, "cat", "/etc/gpucluster/runtime.env").splitlines()
+                   if "=" in line and not line.startswith("#"))
+        tuned[node] = {k: v.strip().strip('"') for k, v in env.items() if k.startswith(("LIGHT_", "HOROVOD_"))}
+    assert len({json.dumps(t, sort_keys=True) for t in tuned.values()}) == 1 and tuned["node-1"], tuned
+    tuned = tuned["node-1"]
+    line = run("gpucluster", "launch", str(spec), "--mpirun", "-i", str(INVENTORY)).stdout
+    assert " -np 3 " in line and "-H node-1:1,node-2:1,node-3:1" in line, line
+    assert "NCCL_SOCKET_IFNAME==eth0" in line and "-p 2222" in line, line
+    assert all(f"{k}={v}" in line for k, v in tuned.items()), (tuned, line)
+    docs = list(yaml.safe_load_all(run("gpucluster", "launch", str(spec), "--mpijob", "-i", str(INVENTORY)).stdout))
+    job = docs[-1]
+    for name, replica in job["spec"]["mpiReplicaSpecs"].items():
+        env = {e["name"]: e.get("value") for e in replica["template"]["spec"]["containers"][0].get("env", [])}
+        assert {k: env.get(k) for k in tuned} == tuned, (name, env)
+
+
 def test_site_from_the_installed_collection_changes_nothing(cluster):
     """The collection built from this checkout and installed into a temp collections path, run by
     a user's playbook outside the checkout (``import_playbook: gpucluster.cluster.site``, no
