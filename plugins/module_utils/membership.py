@@ -38,6 +38,27 @@ def world(members, excluded):
     return sorted(h for h in members if h not in excluded)
 
 
+def declared(host, group, members, excluded):
+    """``(membership, errors)``: what the inventory declares the training group to be.
+
+    ``membership`` is ``{"group", "members", "excluded", "world"}`` (members: the group's hosts,
+    sorted; world: the members less the excluded ones). Preflight computes it once per run
+    (``gpucluster_membership``, roles/preflight/tasks/membership.yml) from the inventory alone, so a
+    malformed or unknown ``gpucluster_excluded_nodes`` is refused before any stage changes a node;
+    the training stage reads it instead of deriving the world again. A malformed list excludes
+    nothing here (it is refused in ``errors``).
+    """
+    members = sorted(str(h) for h in members or ())
+    problems = check_excluded(excluded, members)
+    names = sorted(h for h in excluded or () if isinstance(h, str) and h in members) if (
+        isinstance(excluded, (list, tuple))) else []
+    membership = {"group": group, "members": members, "excluded": names, "world": world(members, names)}
+    if not members:
+        problems.append(f"the training group {group!r} has no host in the inventory. Fix: put the training nodes in "
+                        f"inventory group {group}, or set container_ssh_group to the group that holds them")
+    return membership, [f"{host}: {p}." for p in problems]
+
+
 def missing(members, excluded, play_hosts_all, play_hosts, play_batch, unreachable=None):
     """``{node: why}`` for every member of the world that is not taking part in this run.
 

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 #: The plan's keys first, in module_utils/plan.py's order, then what the stages settled.
-ROWS = ("gpus", "gpus_ready", "driver", "slots", "nics", "hcas", "hugepages", "runtime", "runtime_env")
+ROWS = ("gpus", "gpus_ready", "driver", "slots", "nics", "hcas", "hugepages", "runtime", "runtime_env", "membership")
 
 
 def _contract_cell(contract) -> str:
@@ -90,7 +90,7 @@ def _cell(value) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "-"
     if isinstance(value, dict):
-        return "\n".join(f"{k}={v}" for k, v in value.items()) or "-"
+        return "\n".join(f"{k}={_cell(v) if isinstance(v, list) else v}" for k, v in value.items()) or "-"
     return str(value)
 
 

@@ -64,6 +64,9 @@ def test_plan_shows_every_node(cluster):
         assert p["driver"] == "installed-not-loaded", (host, p)
         assert "eth0" in p["nics"] and "lo" not in p["nics"], (host, p)
         assert p["runtime"] == "lightcc" and p["runtime_env"]["LIGHT_INTRA_SIZE"] == "1", (host, p)
+        # The declared training group (preflight's gpucluster_membership), the world the ssh stage wrote.
+        assert p["membership"] == {"group": "gpu_nodes", "members": ["node-1", "node-2", "node-3"], "excluded": [],
+                                   "world": ["node-1", "node-2", "node-3"]}, (host, p)
         # The node contract: what each stage published (ansible_local.gpucluster.<stage>).
         c = p["contract"]
         # The sandbox disables the container toolkit (NVIDIA's repository is unreachable here), so
@@ -72,7 +75,7 @@ def test_plan_shows_every_node(cluster):
         assert "eth0" in c["nccl"]["data_interfaces"], (host, c)
         assert c["nccl"]["container_env"]["NCCL_SOCKET_IFNAME"].startswith("="), (host, c)
         assert c["runtime"]["runtime"] == "lightcc" and c["runtime"]["env"] == p["runtime_env"], (host, c)
-        assert c["ssh"]["port"] == 2222 and c["ssh"]["members"] == ["node-1", "node-2", "node-3"], (host, c)
+        assert c["ssh"]["port"] == 2222 and c["ssh"]["members"] == p["membership"]["world"], (host, c)
         assert c["ssh"]["slots"] == 1 and c["training"]["container"] == "gpucluster-train", (host, c)
         assert c["net_plugin"]["loaded"] is False and c["net_plugin"]["env"] == {}, (host, c)
 

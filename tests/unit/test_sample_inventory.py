@@ -151,7 +151,6 @@ def test_the_inventory_group_is_the_one_every_play_runs_on():
     assert hosts["all"]["children"][GROUP]["hosts"], f"hosts.yml lists no node in {GROUP}"
     for play in _site_plays(ROOT / "site.yml"):
         assert play["hosts"] == GROUP, f"play {play.get('name')!r} runs on {play['hosts']}"
-    assert _load(ROOT / "roles/preflight/defaults/main.yml")["preflight_group"] == GROUP
     assert _load(ROOT / "roles/container_ssh/defaults/main.yml")["container_ssh_group"] == GROUP
 
 

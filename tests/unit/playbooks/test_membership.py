@@ -124,3 +124,27 @@ def test_an_exclusion_given_as_a_number_is_refused_with_the_fix(tmp_path):
     rc, out = _run(tmp_path, {"node-1": LOCAL, "node-2": LOCAL}, extra={"gpucluster_excluded_nodes": 3})
     assert rc != 0, out
     assert "gpucluster_excluded_nodes: 3 is not a list of node names. Fix: give a list" in out
+
+
+def test_site_preflight_refuses_a_bad_exclusion_before_the_lock_and_any_stage(tmp_path):
+    """site.yml's first play declares the group from the inventory alone: a name the group lacks
+    stops the run before the run lock is taken and before the host stack (it used to reach the
+    training stage, after every earlier stage had changed the node)."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-1": LOCAL, "node-2": LOCAL}}}}}))
+    ev = tmp_path / "extra.yml"
+    ev.write_text(yaml.safe_dump({"gpucluster_excluded_nodes": ["node-22"],
+                                  "preflight_lock_path": str(tmp_path / "run.lock")}))
+    r = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "-e", f"@{ev}", "site.yml"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=180,
+                       env={"PATH": f"{ROOT / '.venv/bin'}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                            "HOME": str(tmp_path)})
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    refused = _refusals(out, "gpucluster_excluded_nodes: 'node-22' is not a node of the training group "
+                             "(node-1, node-2)")
+    assert set(refused) == {"node-1", "node-2"}, out
+    assert "did you mean node-2?" in refused["node-1"]
+    assert "TASK [preflight : Refuse a training group the inventory does not declare well]" in out
+    assert "Describe this run" not in out and not (tmp_path / "run.lock").exists()
+    assert "PLAY [RDMA stack]" not in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils import membership as m
 
 NODES = ["node-1", "node-2", "node-3"]
@@ -67,3 +68,40 @@ def test_probe_results_give_the_unreachable_nodes_and_their_error():
         "node-2": "Failed to connect to the host via ssh: ssh: connect to host 127.0.0.1 port 9: Connection refused"}
     # Skipped (nothing lost): no results.
     assert m.probe_unreachable({"skipped": True, "results": []}) == {}
+
+
+def test_the_declared_group_is_the_inventory_group_less_the_excluded():
+    decl, errors = m.declared("node-1", "gpu_nodes", ["node-3", "node-1", "node-2"], ["node-2"])
+    assert errors == []
+    assert decl == {"group": "gpu_nodes", "members": NODES, "excluded": ["node-2"], "world": ["node-1", "node-3"]}
+    decl, errors = m.declared("node-1", "gpu_nodes", NODES, None)
+    assert errors == [] and decl["world"] == NODES and decl["excluded"] == []
+
+
+def test_a_declared_exclusion_of_an_unknown_node_is_refused_and_excludes_only_real_members():
+    decl, (msg,) = m.declared("node-2", "gpu_nodes", NODES, ["node-3", "node-33"])
+    assert msg == ("node-2: gpucluster_excluded_nodes: 'node-33' is not a node of the training group "
+                   "(node-1, node-2, node-3) (did you mean node-3?). Fix: name inventory hosts of the group only.")
+    assert decl["excluded"] == ["node-3"] and decl["world"] == ["node-1", "node-2"]
+
+
+@pytest.mark.parametrize("bad", ["node-3", {"node-3": True}, 3, True])
+def test_a_declared_exclusion_that_is_no_list_is_refused_and_excludes_nothing(bad):
+    decl, (msg,) = m.declared("node-1", "gpu_nodes", NODES, bad)
+    assert msg.startswith(f"node-1: gpucluster_excluded_nodes: {bad!r} is not a list of node names. Fix: give a list")
+    assert decl["excluded"] == [] and decl["world"] == NODES
+
+
+def test_an_empty_training_group_is_refused_naming_the_group_setting():
+    decl, (msg,) = m.declared("node-1", "trainers", [], None)
+    assert decl["world"] == []
+    assert msg == ("node-1: the training group 'trainers' has no host in the inventory. Fix: put the training nodes "
+                   "in inventory group trainers, or set container_ssh_group to the group that holds them.")
+
+
+def test_the_filter_takes_ansibles_groups_and_the_unset_marker():
+    from ansible_collections.gpucluster.cluster.plugins.filter.plan import declared_membership
+
+    out = declared_membership({"all": NODES, "gpu_nodes": NODES}, "node-1", "gpu_nodes", "__gpucluster_unset__")
+    assert out == {"membership": {"group": "gpu_nodes", "members": NODES, "excluded": [], "world": NODES},
+                   "errors": []}
