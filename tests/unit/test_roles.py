@@ -21,7 +21,9 @@ def test_defaults_and_argument_specs_agree(role):
     options = _load(role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert set(defaults) == set(options), "every public variable is in both defaults/main.yml and the spec"
     for name, spec in options.items():
-        assert name.startswith(role.name + "_"), f"{name} lacks the role prefix"
+        # The role's prefix, or the cluster's for a cluster-wide setting one role owns
+        # (reboot_point: gpucluster_allow_reboot, as inventories have always spelt it).
+        assert name.startswith((role.name + "_", "gpucluster_")), f"{name} lacks the role prefix"
         assert spec.get("description"), f"{name} has no description"
         if "default" in spec:
             assert spec["default"] == defaults[name], f"{name}: spec default {spec['default']!r} != {defaults[name]!r}"
