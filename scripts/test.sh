@@ -2,7 +2,7 @@
 # All tests, as CI runs them (.ci/run calls this): lint, unit tests, every role's molecule
 # scenario, and the main job end to end on the local 3-node test cluster.
 #
-#   scripts/test.sh            # everything (needs root or a Docker engine; ~75 min on 2 cores)
+#   scripts/test.sh            # everything (needs root or a Docker engine; ~40 min on 2 cores)
 #   scripts/test.sh unit       # lint + unit tests only (seconds, no Docker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
