@@ -106,6 +106,20 @@ def probe_unreachable(results):
     out = {}
     for r in (results or {}).get("results", []):
         if r.get("unreachable"):
-            msg = str(r.get("msg", "")).strip().splitlines()
-            out[r["item"]] = msg[0].removeprefix("Task failed: ") if msg else ""
+            out[r["item"]] = _connection_error(str(r.get("msg", "")))
     return out
+
+
+def _connection_error(msg):
+    """The line of a connection plugin's error that says why.
+
+    The ssh plugin says it on its first line ("Failed to connect to the host via ssh: ssh:
+    connect to host ... Connection refused"). mitogen's connection (ansible.cfg's strategy) puts a
+    header first ("EOF on stream; last 100 lines received:") and ssh's own last words after it.
+    """
+    lines = [line.strip() for line in msg.strip().removeprefix("Task failed: ").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return lines[-1]
+    return lines[0]

@@ -66,6 +66,13 @@ def test_probe_results_give_the_unreachable_nodes_and_their_error():
     ]}
     assert m.probe_unreachable(probe) == {
         "node-2": "Failed to connect to the host via ssh: ssh: connect to host 127.0.0.1 port 9: Connection refused"}
+    # mitogen's connection: a header, then what ssh said last.
+    probe = {"results": [{"item": "node-3", "unreachable": True,
+                          "msg": "Task failed: EOF on stream; last 100 lines received:\n"
+                                 "Warning: Permanently added '[127.0.0.1]:9' (ED25519) to the list of known hosts.\n"
+                                 "ssh: connect to host 127.0.0.1 port 9: Connection refused"}]}
+    assert m.probe_unreachable(probe) == {"node-3": "ssh: connect to host 127.0.0.1 port 9: Connection refused"}
+    assert m.probe_unreachable({"results": [{"item": "node-3", "unreachable": True, "msg": ""}]}) == {"node-3": ""}
     # Skipped (nothing lost): no results.
     assert m.probe_unreachable({"skipped": True, "results": []}) == {}
 
