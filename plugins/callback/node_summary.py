@@ -37,6 +37,7 @@ options:
 from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.gpucluster.cluster.plugins.module_utils import task_result
 
 #: The stage of a task outside any role (a playbook's own task).
 PLAYBOOK_STAGE = "playbook"
@@ -49,13 +50,11 @@ def _stage_and_name(task):
 
 
 def _first_line(result):
-    """The line that says why: Ansible's own msg (its 'Task failed: ' prefix dropped), else a
-    command's last stderr line, else its rc."""
-    msg = str(result.get("msg") or "").strip().removeprefix("Task failed: ").strip()
-    if msg:
-        lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
-        # A header line ("EOF on stream; last 100 lines received:") is followed by the reason.
-        return lines[-1] if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    """The line that says why: Ansible's own msg (``task_result.reason``), else a command's last
+    stderr line, else its rc."""
+    why = task_result.reason(result.get("msg"))
+    if why:
+        return why
     stderr = [ln.strip() for ln in str(result.get("stderr") or "").splitlines() if ln.strip()]
     if stderr:
         return stderr[-1]

@@ -22,8 +22,6 @@ def node_plan(gpu_facts, host, rdma_facts, interfaces, slots_per_node=None):
 def declared_membership(groups, host, group, excluded=None):
     """``{"membership": {...}, "errors": [...]}``: the training group as the inventory declares it
     (``membership.declared``; ``groups``: Ansible's magic variable)."""
-    if excluded == "__gpucluster_unset__":
-        excluded = None
     m, errors = membership.declared(host, group, (groups or {}).get(group) or [], excluded)
     return {"membership": m, "errors": errors}
 

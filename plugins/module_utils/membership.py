@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
+from ansible_collections.gpucluster.cluster.plugins.module_utils import task_result
+
 EXCLUDE_VAR = "gpucluster_excluded_nodes"
 
 
@@ -106,20 +108,6 @@ def probe_unreachable(results):
     out = {}
     for r in (results or {}).get("results", []):
         if r.get("unreachable"):
-            out[r["item"]] = _connection_error(str(r.get("msg", "")))
+            out[r["item"]] = task_result.reason(r.get("msg"))
     return out
 
-
-def _connection_error(msg):
-    """The line of a connection plugin's error that says why.
-
-    The ssh plugin says it on its first line ("Failed to connect to the host via ssh: ssh:
-    connect to host ... Connection refused"). mitogen's connection (ansible.cfg's strategy) puts a
-    header first ("EOF on stream; last 100 lines received:") and ssh's own last words after it.
-    """
-    lines = [line.strip() for line in msg.strip().removeprefix("Task failed: ").splitlines() if line.strip()]
-    if not lines:
-        return ""
-    if lines[0].endswith(":") and len(lines) > 1:
-        return lines[-1]
-    return lines[0]

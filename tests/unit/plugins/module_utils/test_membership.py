@@ -106,9 +106,11 @@ def test_an_empty_training_group_is_refused_naming_the_group_setting():
                    "in inventory group trainers, or set container_ssh_group to the group that holds them.")
 
 
-def test_the_filter_takes_ansibles_groups_and_the_unset_marker():
+def test_the_filter_takes_ansibles_groups_and_an_unset_exclusion():
     from ansible_collections.gpucluster.cluster.plugins.filter.plan import declared_membership
 
-    out = declared_membership({"all": NODES, "gpu_nodes": NODES}, "node-1", "gpu_nodes", "__gpucluster_unset__")
-    assert out == {"membership": {"group": "gpu_nodes", "members": NODES, "excluded": [], "world": NODES},
-                   "errors": []}
+    # Unset: the task's vars lookup gives its default, []; a null in the inventory gives None.
+    for unset in ([], None):
+        out = declared_membership({"all": NODES, "gpu_nodes": NODES}, "node-1", "gpu_nodes", unset)
+        assert out == {"membership": {"group": "gpu_nodes", "members": NODES, "excluded": [], "world": NODES},
+                       "errors": []}
