@@ -1,0 +1,84 @@
+"""The strategy's plugin preload (plugins/strategy/mitogen_linear.py): the collection's filter,
+test and action plugins are imported in the controller process, under the names Ansible's plugin
+loader gives them, so a forked worker finds them in sys.modules instead of compiling them again.
+Each check runs in a fresh interpreter with the plugin loader set up as ansible-playbook does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+
+from tests.conftest import ROOT
+
+PY = str(ROOT / ".venv/bin/python")
+
+# A probe: optionally preload, then forbid any new load of a file of this collection and resolve
+# one filter, one test-free filter file and the action plugin through the loaders.
+PROBE = textwrap.dedent("""
+    import importlib.util, json, pathlib, sys
+    root = pathlib.Path(sys.argv[1])
+    from ansible.plugins.loader import action_loader, filter_loader, init_plugin_loader
+    init_plugin_loader([str(root / "collections")])
+    spec = importlib.util.spec_from_file_location("strategy_under_test", root / "plugins/strategy/mitogen_linear.py")
+    strategy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strategy)
+    names = strategy.preload_plugins() if sys.argv[2] == "preload" else []
+    loaded_again = []
+    real = importlib.util.spec_from_file_location
+    def watch(name, *args, **kwargs):
+        if str(name).startswith("ansible_collections.gpucluster.cluster."):
+            loaded_again.append(str(name))
+        return real(name, *args, **kwargs)
+    importlib.util.spec_from_file_location = watch
+    found = [filter_loader.get("gpucluster.cluster.hugepages_plan") is not None,
+             filter_loader.get("gpucluster.cluster.gpucluster_node_plan") is not None,
+             action_loader.has_plugin("gpucluster.cluster.contract")]
+    print(json.dumps({"names": names, "loaded_again": loaded_again, "found": found}))
+""")
+
+
+def _probe(mode):
+    out = subprocess.run([PY, "-c", PROBE, str(ROOT), mode], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _expected_names():
+    return sorted(f"ansible_collections.gpucluster.cluster.plugins.{kind}.{p.stem}"
+                  for kind in ("filter", "test", "action")
+                  for p in (ROOT / "plugins" / kind).glob("*.py") if not p.name.startswith("_"))
+
+
+def test_preload_imports_every_filter_test_and_action_plugin_file():
+    got = _probe("preload")
+    assert sorted(got["names"]) == _expected_names()
+    assert "ansible_collections.gpucluster.cluster.plugins.filter.hugepages" in got["names"]
+    assert "ansible_collections.gpucluster.cluster.plugins.action.contract" in got["names"]
+
+
+def test_after_the_preload_the_loaders_load_no_file_of_the_collection_again():
+    got = _probe("preload")
+    assert got["found"] == [True, True, True]
+    assert got["loaded_again"] == []
+
+
+def test_without_it_the_loaders_compile_the_files_again():
+    # The other arm: what every forked worker does when the controller did not preload.
+    got = _probe("none")
+    assert got["found"][:2] == [True, True]
+    assert "ansible_collections.gpucluster.cluster.plugins.filter.hugepages" in got["loaded_again"]
+
+
+def test_a_plugin_file_that_fails_to_import_is_left_to_the_worker(tmp_path):
+    # Not under the collection's name, so nothing imports: nothing listed, nothing raised.
+    (tmp_path / "filter").mkdir()
+    (tmp_path / "filter" / "broken.py").write_text("raise RuntimeError('broken at import')\n")
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("s", {str(ROOT / 'plugins/strategy/mitogen_linear.py')!r})
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        import pathlib
+        print(m.preload_plugins(pathlib.Path({str(tmp_path)!r}), "nobody.nothing"))
+    """)
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
