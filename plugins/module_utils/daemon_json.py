@@ -800,6 +800,116 @@ _TYPE_WORDS = {
 
 KeyProblem = namedtuple("KeyProblem", "key message")
 
+# Registry values, as dockerd's registry service reads them at start (moby registry/config.go,
+# 20.10 and later: LoadInsecureRegistries / newServiceConfig, LoadMirrors / ValidateMirror,
+# LoadAllowNondistributableArtifacts, validateHostPort with distribution/reference's
+# DomainRegexp, ValidateIndexName). A bad one stops dockerd ("insecure registry x is not valid").
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST_PORT = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?$")
+
+
+def _ip(text):
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _cidr(text):
+    import ipaddress
+
+    if "/" not in text:
+        return False
+    try:
+        ipaddress.ip_network(text, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
+def _host_port_problem(value):
+    """dockerd's validateHostPort: None when ``value`` is host[:port] (or an IP), else why not."""
+    host, port = value, ""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            return f'invalid host "{value}"'
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    if not _HOST_PORT.match(value) and not _ip(host):
+        return f'invalid host "{host}"'
+    if port:
+        if not port.isdigit():
+            return f'invalid port "{port}"'
+        if int(port) > 65535:
+            return f'invalid port "{port}"'
+    return None
+
+
+def registry_problem(key, value):
+    """Why dockerd refuses one entry of ``insecure-registries``, ``allow-nondistributable-artifacts``
+    or ``registry-mirrors`` at start, with the fix; None when it accepts it."""
+    if not isinstance(value, str) or not value:
+        return f"'{key}' entry {json.dumps(value)} is not a registry"
+    if key == "registry-mirrors":
+        from urllib.parse import urlsplit
+
+        try:
+            uri = urlsplit(value)
+        except ValueError:
+            uri = None
+        if uri is None or uri.scheme not in ("http", "https") or not uri.netloc:
+            return (f"'registry-mirrors' entry {json.dumps(value)} is not an http(s) URL (dockerd: invalid mirror). "
+                    "Fix: give the mirror as https://host[:port]")
+        if uri.path not in ("", "/") or uri.query or uri.fragment or uri.username or uri.password:
+            return (f"'registry-mirrors' entry {json.dumps(value)} has a path, query, fragment or credentials "
+                    "(dockerd: invalid mirror). Fix: give only https://host[:port]")
+        return None
+    name = value
+    if name.lower().startswith("index."):
+        name = name[len("index."):]
+    if name.startswith("-") or name.endswith("-"):
+        return (f"'{key}' entry {json.dumps(value)} begins or ends with a hyphen (dockerd: invalid index name). "
+                "Fix: give host[:port] or a CIDR")
+    if "://" in name:
+        scheme, _, rest = name.partition("://")
+        if key == "insecure-registries" and scheme.lower() in ("http", "https"):
+            name = rest  # dockerd strips it, with a warning
+        else:
+            return (f"'{key}' entry {json.dumps(value)} should not contain '://' (dockerd refuses to start). "
+                    "Fix: give host[:port] or a CIDR, without a scheme")
+    if _cidr(name):
+        return None
+    why = _host_port_problem(name)
+    if why:
+        return (f"'{key}' entry {json.dumps(value)} is not valid: {why} (dockerd refuses to start). "
+                "Fix: give host[:port] (e.g. registry.example.com:5000) or a CIDR (e.g. 10.0.0.0/8)")
+    return None
+
+
+REGISTRY_KEYS = ("insecure-registries", "allow-nondistributable-artifacts", "registry-mirrors")
+
+
+def _json_type(value):
+    """The JSON type of a decoded value, as dockerd's decoder names it (Ansible's tagged str is a str)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return type(value).__name__
+
 
 def _type_ok(kind, value):
     if kind == "string":
@@ -849,9 +959,14 @@ def check_keys(cfg, keys=None, known=None):
         kind = known[key]
         if not _type_ok(kind, value):
             out.append(KeyProblem(key, (
-                f"'{key}' is {json.dumps(value)} ({type(value).__name__}); dockerd needs {_TYPE_WORDS[kind]} "
+                f"'{key}' is {json.dumps(value)} ({_json_type(value)}); dockerd needs {_TYPE_WORDS[kind]} "
                 f"and refuses to start (\"json: cannot unmarshal\"). Fix: give '{key}' {_TYPE_WORDS[kind]}.")))
             continue
+        if key in REGISTRY_KEYS:
+            for entry in value:
+                why = registry_problem(key, entry)
+                if why:
+                    out.append(KeyProblem(key, why + "."))
         if key == "default-ulimits":
             for name, spec in value.items():
                 bad = not isinstance(spec, dict) or any(
@@ -941,6 +1056,20 @@ def merge_contributions(contributions):
             owner[path] = name
         out = merge(out, cfg)
     return out
+
+
+def plan_problems(contributions):
+    """What dockerd would refuse in the daemon.json that ``contributions`` ([(name, dict)], in
+    merge order) make, before any file or node is touched -> list of messages with the fix.
+
+    The docker role's own check (``docker_daemon_json``) runs the same two steps when it writes
+    the file; preflight runs them first so that a bad key stops the run before any stage.
+    """
+    try:
+        desired = merge_contributions(contributions)
+    except ValueError as exc:
+        return [str(exc)]
+    return [p.message for p in check_keys(desired)]
 
 
 def own(existing, desired, previous=None, remove=()):
