@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory, membership
+from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory, membership, stage_settings
 
 
-def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):
-    """Messages for every bad value among one host's variables (``hv``: its hostvars)."""
+def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None):
+    """Messages for every bad value among one host's variables (``hv``: the values the user set);
+    ``facts``: the host's ``ansible_facts`` (its NICs), for the stages' settings
+    (``module_utils/stage_settings.py``)."""
     problems = []
     problems += inventory.check_training_image(
         hv.get("training_image_ref", ""),
@@ -19,10 +21,11 @@ def inventory_errors(hv, host, gpu_count=0, rdma_devices=0):
         hv.get("container_ssh_port", 2222), hv.get("training_image_network_mode", "host"), hv.get("ansible_port", 22)
     )
     problems += inventory.check_gpus(gpu_count, hv.get("preflight_require_gpu", True))
+    problems += stage_settings.stage_problems(hv, facts, gpu_count)
     return inventory.format_problems(host, problems)
 
 
-UNSET = "__gpucluster_unset__"
+UNSET = inventory.UNSET
 
 
 def provided_args(values):
@@ -34,6 +37,17 @@ def membership_errors(probe, host, group, members, excluded, play_hosts_all, pla
     """Membership refusals for ``host`` (``module_utils/membership.py``); ``probe``: the lost nodes' ping."""
     return membership.membership_errors(host, group, members, excluded, play_hosts_all, play_hosts, play_batch,
                                         membership.probe_unreachable(probe))
+
+
+def spec_names(root, roles):
+    """Every option name of the ``roles``' argument specs (the names preflight reads with the vars lookup)."""
+    return sorted({n for options in inventory.load_role_specs(str(root), tuple(roles)).values() for n in options})
+
+
+def spec_errors(values, host, root, roles):
+    """The ``roles``' argument specs against ``values`` (what the user set) -> one message per refusal."""
+    specs = inventory.load_role_specs(str(root), tuple(roles))
+    return inventory.format_problems(host, inventory.spec_problems(values, specs))
 
 
 def setting_suspects(names, root, ignore=()):
@@ -55,5 +69,7 @@ class FilterModule:
             "gpucluster_provided_args": provided_args,
             "gpucluster_membership_errors": membership_errors,
             "gpucluster_setting_suspects": setting_suspects,
+            "gpucluster_spec_names": spec_names,
+            "gpucluster_spec_errors": spec_errors,
             "gpucluster_setting_typos": setting_typos,
         }

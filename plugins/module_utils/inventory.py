@@ -17,6 +17,10 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 Problem = namedtuple("Problem", "variable message fix")
 
+#: What preflight's vars lookups return for a name the user did not set (``__preflight_unset`` in
+#: roles/preflight/vars/main.yml, the one YAML spelling): the checks skip it.
+UNSET = "__gpucluster_unset__"
+
 # Docker image reference grammar (distribution/reference, reference.go):
 #   reference := name [ ":" tag ] [ "@" digest ]
 #   name      := [domain '/'] path-component ['/' path-component]*
@@ -191,6 +195,58 @@ def check_setting_typos(values, options, prefixes):
                 f"({', '.join(p for p in prefixes if name.startswith(p + '_'))}_)",
                 "remove it, or look up the setting in the role's README; a variable of your own by this name "
                 "goes in preflight_ignore_variables"))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def load_role_specs(root, roles):
+    """``{role: options}`` of the ``main`` entry point of each role's meta/argument_specs.yml."""
+    import yaml
+
+    out = {}
+    for role in roles:
+        spec = yaml.safe_load((Path(root) / "roles" / role / "meta" / "argument_specs.yml").read_text()) or {}
+        out[role] = ((spec.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+    return out
+
+
+def _spec_fix(name, option, role):
+    if option.get("choices"):
+        want = "one of " + ", ".join(str(c) for c in option["choices"])
+    else:
+        kind = option.get("type", "str")
+        want = {"int": "a whole number", "bool": "true or false", "str": "a string", "list": "a list",
+                "dict": "a mapping", "float": "a number", "path": "a path", "raw": "a value"}.get(kind, f"a {kind}")
+        if kind == "list" and option.get("elements"):
+            want += f" of {option['elements']}"
+    about = str(option.get("description") or "").split(". ")[0].strip().rstrip(".")
+    return f"give {name} {want} ({role}: {about})" if about else f"give {name} {want} (role {role})"
+
+
+def spec_problems(values, specs):
+    """Each stage's argument spec against the values the user set (``values``: name -> value) ->
+    ``Problem``s naming the variable, its value, what the spec wants and the option's own
+    description; the same validator Ansible's ``validate_argument_spec`` runs
+    (``ArgumentSpecValidator``), for every stage at once."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    out = []
+    for role, options in specs.items():
+        provided = {k: v for k, v in values.items() if k in options}
+        result = ArgumentSpecValidator(options).validate(provided)
+        for message in result.error_messages:
+            for name, value in provided.items():  # a secret's value never reaches the output
+                if options[name].get("no_log") and str(value):
+                    message = message.replace(str(value), "********")
+            name = next((n for n in sorted(options, key=len, reverse=True)
+                         if re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", message)), None)
+            if name is None:
+                out.append(Problem(role, message, f"see roles/{role}/meta/argument_specs.yml"))
+                continue
+            shown = ("not set" if name not in provided else
+                     "(a secret, not shown)" if options[name].get("no_log") else repr(provided[name]))
+            out.append(Problem(name, f"{shown}: refused by the {role} stage's argument spec ({message})",
+                               _spec_fix(name, options[name], role)))
     return out
 
 

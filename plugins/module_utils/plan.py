@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils.inventory import Problem, format_problems
+from ansible_collections.gpucluster.cluster.plugins.module_utils.inventory import UNSET, Problem, format_problems
 
 #: Interfaces that are not a node's NICs: loopback, Docker's bridges and veths, libvirt's,
 #: Linux bridges. Everything else is a NIC the stages may use.
@@ -32,7 +32,7 @@ def nics(interfaces):
 
 def _slots(slots_per_node, gpus):
     """Ranks per node: ``gpucluster_slots_per_node`` when set, else one per PCI GPU."""
-    if slots_per_node in (None, "", "__gpucluster_unset__"):
+    if slots_per_node in (None, "", UNSET):
         if gpus > 0:
             return gpus, []
         return 0, [Problem(

@@ -10,6 +10,8 @@ packages and the controller's cluster key are compared before and after.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.integration.conftest import INVENTORY, playbook, recap, run, sandbox_nodes
@@ -47,3 +49,57 @@ def test_check_on_fresh_nodes_shows_the_plan_changes_nothing_and_exits_0():
             assert f"{n}: check mode: the training stage needs the Docker engine" in out, out[-8000:]
     assert _state(nodes) == before, "site.yml --check changed a node"
     assert key.exists() == key_before, "site.yml --check made the cluster key"
+
+
+# Settings a later stage would refuse, or apply and break the node with (issue 10's list), given
+# together where one preflight task reports them all. Each run must stop in preflight, naming
+# every node, the variable and the fix, with every node's /etc, /opt and package list as before.
+BAD_INPUT = {
+    "stage settings against the node": (
+        {"nccl_env_data_interfaces": ["^docker0"], "nccl_env_extra": {"NCCL_SOCKET_IFNAME": "^docker0"},
+         "multi_nic_interfaces": [{"name": "ens99"}], "gpudirect_mode": "required",
+         "training_image_capabilities": ["CAP_NOPE"], "training_image_registry_username": "ci",
+         "training_image_registry_password": ""},
+        ["nccl_env_data_interfaces: '^docker0'", "nccl_env_extra: NCCL_SOCKET_IFNAME=^docker0",
+         "multi_nic_interfaces[0]: interface ens99 is not on this node", "gpudirect_mode: required",
+         "training_image_capabilities: 'CAP_NOPE'", "training_image_registry_password: is empty"],
+    ),
+    "daemon.json keys dockerd would not start with": (
+        {"docker_data_root": "/srv/docker", "docker_daemon_options": {"data-root": "/data/docker"}},
+        ["daemon.json: 'data-root' is \"/srv/docker\""],
+    ),
+    "a malformed insecure registry and an unknown daemon.json key": (
+        {"docker_insecure_registries": ["http://bad reg:5000"], "docker_daemon_options": {"no-such-key": True}},
+        ["'insecure-registries' entry \"http://bad reg:5000\" is not valid", "'no-such-key' is not a daemon.json key"],
+    ),
+    "a cloud provider without its region": (
+        {"cloud_eni_provider": "aws"}, ["cloud_eni_provider is aws but cloud_eni_region"],
+    ),
+    "a malformed plugin checksum": (
+        {"nccl_net_plugin_enabled": True, "nccl_net_plugin_url": "http://gpucluster-infra/libnccl-net.so",
+         "nccl_net_plugin_sha256": "abc"},
+        ["nccl_net_plugin_sha256 (64 hex digits; got abc)"],
+    ),
+}
+
+UNTOUCHED = ("find /etc /opt /var/lib/gpucluster -xdev -type f ! -name run.lock -exec sha256sum {} + 2>/dev/null "
+             "| sort | sha256sum; dpkg-query -W | sha256sum")
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT), ids=lambda c: c.replace(" ", "-"))
+def test_bad_input_on_fresh_nodes_is_refused_before_any_change(case):
+    import json
+
+    extra, expects = BAD_INPUT[case]
+    nodes = sandbox_nodes()
+    before = {n: exec_on(n, "sh", "-c", UNTOUCHED) for n in nodes}
+    r = playbook("site.yml", "-e", json.dumps(extra), check=False)
+    out = r.stdout
+    assert r.returncode != 0, out[-6000:]
+    for n in nodes:
+        for expect in expects:
+            # host, variable and value on one line, and the fix after them
+            assert re.search(rf"{n}: [^\n]*{re.escape(expect)}[^\n]*Fix: ", out), (n, expect, out[-6000:])
+    # Only preflight ran: the host stack, first to change anything, did not start.
+    assert "PLAY [RDMA stack]" not in out, out[-6000:]
+    assert {n: exec_on(n, "sh", "-c", UNTOUCHED) for n in nodes} == before, f"{case}: a node changed"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,6 +76,25 @@ def test_a_bad_setting_is_refused_as_site_yml_would(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "node-x: container_ssh_port: 70000 is out of range" in out
+
+
+@pytest.mark.parametrize(("setting", "expect"), [
+    # the stages' settings against the node (module_utils/stage_settings.py)
+    ({"nccl_env_extra": {"NCCL_SOCKET_IFNAME": "^docker0"}}, "node-x: nccl_env_extra: NCCL_SOCKET_IFNAME=^docker0"),
+    ({"multi_nic_interfaces": [{"mac": "02:00:00:00:00:99"}]}, "no interface with MAC 02:00:00:00:00:99"),
+    # a stage's own read-only checks, run by preflight (preflight_stage_checks: docker, nccl_net_plugin)
+    ({"docker_daemon_options": {"insecure-registries": ["svn://r.example.com"]}},
+     "node-x: daemon.json: 'insecure-registries' entry \"svn://r.example.com\" should not contain '://'"),
+    ({"nccl_net_plugin_enabled": True, "nccl_net_plugin_src": "/nonexistent/libnccl-net.so",
+      "nccl_net_plugin_sha256": "0" * 64},
+     "nccl_net_plugin_src /nonexistent/libnccl-net.so is missing on the controller"),
+])
+def test_a_stage_setting_is_refused_before_any_stage(tmp_path, setting, expect):
+    r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1, **setting))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert expect in out, out[-4000:]
+    assert "Fix:" in out
 
 
 def test_a_relative_inventory_is_the_callers_and_an_empty_one_is_refused(tmp_path):

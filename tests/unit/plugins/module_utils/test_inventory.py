@@ -140,3 +140,54 @@ def test_the_sandbox_inventory_and_every_molecule_scenario_pass():
         for play in yaml.safe_load(f.read_text()):
             names += [n for n in play.get("vars", {}) if not n.startswith("__")]
     assert inventory.setting_suspects(names, KNOWN, PREFIXES) == []
+
+
+# --- every stage's argument spec in one pass (spec_problems) ---------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[4]
+ROLES = ("hugepages", "docker", "training_image", "container_ssh")
+
+
+@pytest.mark.parametrize(("values", "variable", "fragments"), [
+    ({"hugepages_count": "many"}, "hugepages_count",
+     ["'many': refused by the hugepages stage", "Fix: give hugepages_count a whole number"]),
+    ({"docker_package_source": "snap"}, "docker_package_source",
+     ["'snap'", "Fix: give docker_package_source one of distro, docker"]),
+    ({"training_image_privileged": "maybe"}, "training_image_privileged", ["'maybe'", "true or false"]),
+])
+def test_a_spec_refusal_names_variable_value_and_fix(values, variable, fragments):
+    specs = inventory.load_role_specs(str(ROOT), ROLES)
+    (problem,) = inventory.spec_problems({"training_image_ref": "registry.example.com/t:1", **values}, specs)
+    assert problem.variable == variable
+    (msg,) = inventory.format_problems("node-3", [problem])
+    assert msg.startswith(f"node-3: {variable}: ")
+    for fragment in fragments:
+        assert fragment in msg, msg
+
+
+def test_values_the_specs_accept_pass_and_names_of_no_spec_are_not_judged():
+    specs = inventory.load_role_specs(str(ROOT), ROLES)
+    assert inventory.spec_problems({"hugepages_count": "4", "docker_package_source": "docker",
+                                    "training_image_ref": "registry.example.com/t:1",
+                                    "training_image_capabilities": ["SYS_PTRACE"], "not_a_setting": {}}, specs) == []
+
+
+def test_a_secret_refused_by_its_spec_is_not_echoed():
+    specs = {"training_image": {"training_image_registry_password": {"type": "int", "no_log": True,
+                                                                     "description": "A number"}}}
+    (problem,) = inventory.spec_problems({"training_image_registry_password": "hunter2"}, specs)
+    assert "hunter2" not in problem.message + problem.fix and "a secret, not shown" in problem.message
+
+
+def test_a_required_setting_left_unset_is_named_as_not_set():
+    specs = inventory.load_role_specs(str(ROOT), ("training_image",))
+    (problem,) = inventory.spec_problems({}, specs)
+    assert problem.variable == "training_image_ref" and problem.message.startswith("not set: ")
+
+
+def test_the_unset_marker_has_one_python_spelling_and_preflight_uses_it():
+    import yaml
+
+    marker = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())["__preflight_unset"]
+    assert marker == inventory.UNSET
+    texts = [p.read_text() for p in (ROOT / "plugins").rglob("*.py")]
+    assert sum(t.count(repr(inventory.UNSET)[1:-1]) for t in texts) == 1

@@ -1,0 +1,190 @@
+"""The stages' settings checked against the node before any change (module_utils/stage_settings.py),
+and the registry values of daemon.json as dockerd reads them (module_utils/daemon_json.py)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpucluster.cluster.plugins.filter.inventory import inventory_errors
+from ansible_collections.gpucluster.cluster.plugins.module_utils import daemon_json, stage_settings
+
+# ansible_facts of a node with a primary NIC (default route) and one data NIC without an address yet.
+FACTS = {
+    "interfaces": ["lo", "eth0", "ens1f0", "docker0"],
+    "default_ipv4": {"interface": "eth0", "address": "192.0.2.10"},
+    "lo": {"device": "lo", "active": True, "type": "loopback", "macaddress": "00:00:00:00:00:00",
+           "ipv4": {"address": "127.0.0.1", "netmask": "255.0.0.0"}},
+    "eth0": {"device": "eth0", "active": True, "type": "ether", "macaddress": "52:54:00:00:00:01",
+             "ipv4": {"address": "192.0.2.10", "netmask": "255.255.255.0"}},
+    "ens1f0": {"device": "ens1f0", "active": True, "type": "ether", "macaddress": "52:54:00:00:00:02",
+               "ipv4": {"address": "198.18.0.10", "netmask": "255.255.255.0"}},
+    "docker0": {"device": "docker0", "active": False, "type": "bridge", "macaddress": "02:42:00:00:00:01",
+                "ipv4": {"address": "172.17.0.1", "netmask": "255.255.0.0"}},
+}
+
+
+def _vars(problems):
+    return [p.variable for p in problems]
+
+
+@pytest.mark.parametrize("caps", [[], ["SYS_PTRACE"], ["cap_ipc_lock", "NET_ADMIN"], ["ALL"],
+                                  ["CAP_CHECKPOINT_RESTORE"]])
+def test_capability_names_of_capabilities_7_pass(caps):
+    assert stage_settings.check_capabilities(caps) == []
+
+
+@pytest.mark.parametrize("caps", [["CAP_NOPE"], ["SYS_PTRACE", "SYS_PTRACEE"], ["--privileged"], "SYS_PTRACE"])
+def test_unknown_capabilities_are_refused_naming_each(caps):
+    (problem,) = stage_settings.check_capabilities(caps)
+    assert problem.variable == "training_image_capabilities"
+    if isinstance(caps, list):
+        bad = [c for c in caps if c not in ("SYS_PTRACE",)]
+        assert all(repr(b) in problem.message for b in bad)
+        assert "SYS_PTRACE'" not in problem.message.replace("SYS_PTRACEE'", "")
+    assert problem.fix
+
+
+def test_the_capability_list_is_capabilities_7():
+    # 41 capabilities since Linux 5.9; numbers are positions (CAP_SYS_ADMIN is 21, CAP_BPF 39).
+    assert len(stage_settings.CAPABILITIES) == 41
+    assert stage_settings.CAPABILITIES.index("SYS_ADMIN") == 21
+    assert stage_settings.CAPABILITIES.index("BPF") == 39
+
+
+@pytest.mark.parametrize(("user", "password", "bad"), [
+    ("", "", []),
+    ("ci", "s3cret", []),
+    ("ci", "", ["training_image_registry_password"]),
+    ("ci", None, ["training_image_registry_password"]),
+    ("", "s3cret", ["training_image_registry_username"]),
+])
+def test_registry_login_needs_both_halves(user, password, bad):
+    problems = stage_settings.check_registry_login(user, password)
+    assert _vars(problems) == bad
+    # the secret itself is never echoed
+    assert all("s3cret" not in p.message for p in problems)
+
+
+@pytest.mark.parametrize(("mode", "gpus", "bad"), [
+    ("required", 0, True), ("required", 8, False), ("auto", 0, False), ("off", 0, False)])
+def test_gpudirect_required_needs_a_gpu(mode, gpus, bad):
+    assert bool(stage_settings.check_gpudirect_mode(mode, gpus)) is bad
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    (["^docker0"], "NCCL_SOCKET_IFNAME syntax"),
+    (["=ens1f0"], "NCCL_SOCKET_IFNAME syntax"),
+    (["ens1f0,ens2f0"], "NCCL_SOCKET_IFNAME syntax"),
+    (["lo"], "never carries"),
+    (["docker0"], "never carries"),
+    (["ens9"], "'ens9' is not on this node (its NICs: docker0, ens1f0, eth0, lo)"),
+    ("ens1f0", "not a list"),
+])
+def test_bad_data_interfaces_are_refused(value, fragment):
+    problems = stage_settings.check_data_interfaces(value, stage_settings.node_nic_names(FACTS))
+    assert len(problems) == 1 and fragment in problems[0].message, problems
+
+
+def test_good_data_interfaces_pass_and_a_nic_to_come_is_not_judged():
+    nics = stage_settings.node_nic_names(FACTS)
+    assert stage_settings.check_data_interfaces(["ens1f0"], nics) == []
+    assert stage_settings.check_data_interfaces([], nics) == []
+    # a cloud ENI attached by this run is not there yet: its name is not judged, its syntax is
+    assert stage_settings.check_data_interfaces(["eth1"], nics, nics_may_appear=True) == []
+    assert stage_settings.check_data_interfaces(["^eth1"], nics, nics_may_appear=True)
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    ({"NCCL_SOCKET_IFNAME": "^docker0"}, "NCCL may pick lo"),
+    ({"NCCL_SOCKET_IFNAME": "lo"}, "never carries NCCL traffic"),
+    ({"NCCL DEBUG": "INFO"}, "not an environment variable name"),
+    ({"NCCL_IB_HCA": ["mlx5_0"]}, "not a single value"),
+    (["NCCL_DEBUG=INFO"], "not a mapping"),
+])
+def test_bad_nccl_extra_is_refused(extra, fragment):
+    problems = stage_settings.check_nccl_extra(extra)
+    assert problems and fragment in problems[0].message and problems[0].variable == "nccl_env_extra"
+
+
+def test_good_nccl_extra_passes():
+    assert stage_settings.check_nccl_extra({"NCCL_DEBUG": "INFO", "NCCL_IB_TIMEOUT": 22,
+                                            "NCCL_SOCKET_IFNAME": "=ens1f0"}) == []
+
+
+@pytest.mark.parametrize(("specs", "fragment"), [
+    ([{"name": "ens9"}], "interface ens9 is not on this node"),
+    ([{"mac": "52:54:00:00:00:99"}], "no interface with MAC 52:54:00:00:00:99"),
+    ([{"name": "eth0"}], "eth0"),  # the primary NIC, which holds the default route
+])
+def test_secondary_nics_are_resolved_as_the_stage_resolves_them(specs, fragment):
+    (problem,) = stage_settings.check_secondary_nics(specs, FACTS)
+    assert problem.variable.startswith("multi_nic_interfaces")
+    assert fragment in problem.message
+
+
+def test_secondary_nics_that_resolve_pass_and_enis_to_come_are_left_to_the_stage():
+    assert stage_settings.check_secondary_nics([{"mac": "52:54:00:00:00:02"}], FACTS) == []
+    assert stage_settings.check_secondary_nics([{"mac": "52:54:00:00:00:99"}], FACTS, nics_may_appear=True) == []
+
+
+def test_the_filter_names_host_variable_value_and_fix():
+    msgs = inventory_errors({"training_image_ref": "registry.example.com:5000/t:1", "preflight_require_gpu": False,
+                             "nccl_env_extra": {"NCCL_SOCKET_IFNAME": "^docker0"},
+                             "training_image_capabilities": ["CAP_NOPE"]}, "node-2", facts=FACTS)
+    assert len(msgs) == 2
+    assert all(m.startswith("node-2: ") and ". Fix: " in m for m in msgs)
+    assert any("nccl_env_extra: NCCL_SOCKET_IFNAME=^docker0" in m for m in msgs)
+    assert any("training_image_capabilities: 'CAP_NOPE'" in m for m in msgs)
+
+
+def test_only_what_the_user_set_is_checked():
+    # the roles' defaults are valid by construction; nothing unset is judged
+    assert inventory_errors({"training_image_ref": "registry.example.com:5000/t:1", "preflight_require_gpu": False},
+                            "node-1", facts=FACTS) == []
+    # with cloud ENIs coming, names and MACs on the node are not judged yet
+    assert inventory_errors({"training_image_ref": "registry.example.com:5000/t:1", "preflight_require_gpu": False,
+                             "cloud_eni_provider": "aws", "multi_nic_interfaces": [{"mac": "0a:00:00:00:00:09"}],
+                             "nccl_env_data_interfaces": ["eth1"]}, "node-1", facts=FACTS) == []
+
+
+# --- daemon.json registry values (moby registry/config.go and its TestLoadInsecureRegistries) ----
+
+@pytest.mark.parametrize("value", [
+    "127.0.0.1", "127.0.0.1:8080", "2001:db8::1", "[2001:db8::1]:80", "http://mytest.com", "https://mytest.com",
+    "HTTP://mytest.com", "gpucluster-infra:5000", "10.0.0.0/8", "2001:db8::/120", "registry.example.com"])
+def test_insecure_registries_dockerd_accepts(value):
+    assert daemon_json.registry_problem("insecure-registries", value) is None
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("svn://mytest.com", "should not contain '://'"),
+    ("-invalid-registry", "hyphen"),
+    ("mytest-.com", 'invalid host "mytest-.com"'),
+    ("1200:0000:AB00:1234:0000:2552:7777:1313:8080", "invalid host"),
+    ("mytest.com:500000", 'invalid port "500000"'),
+    ('"mytest.com"', "invalid host"),
+    ("http://bad reg:5000", 'invalid host "bad reg"'),
+])
+def test_insecure_registries_dockerd_refuses(value, fragment):
+    why = daemon_json.registry_problem("insecure-registries", value)
+    assert why and fragment in why and "Fix:" in why
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ("https://mirror.example.com", True), ("http://10.0.0.5:5000/", True), ("mirror.example.com", False),
+    ("https://mirror.example.com/v2", False), ("https://u:p@mirror.example.com", False),
+    ("ftp://m.example.com", False)])
+def test_registry_mirrors_as_validate_mirror_reads_them(value, ok):
+    assert (daemon_json.registry_problem("registry-mirrors", value) is None) is ok
+
+
+def test_plan_problems_name_the_owner_of_each_value_and_the_json_type():
+    problems = daemon_json.plan_problems([("docker role", {"data-root": "/srv/docker"}),
+                                          ("docker_daemon_options", {"data-root": "/data/docker"})])
+    assert len(problems) == 1 and "'docker role'" in problems[0] and "'docker_daemon_options'" in problems[0]
+    (typed,) = daemon_json.plan_problems([("docker_daemon_options", {"live-restore": "yes"})])
+    assert '"yes" (string)' in typed and "true or false" in typed
+    (reg,) = daemon_json.plan_problems([("docker_daemon_options", {"insecure-registries": ["a b:1"]})])
+    assert "insecure-registries" in reg
+    good = [("docker role", {"log-driver": "json-file", "log-opts": {"max-file": "3"}}),
+            ("docker_daemon_options", {"insecure-registries": ["gpucluster-infra:5000"]})]
+    assert daemon_json.plan_problems(good) == []
