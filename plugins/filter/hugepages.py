@@ -16,7 +16,7 @@ Examples::
 from __future__ import annotations
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import hugepages, netstage
-from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import refusal, value_errors
 
 
 def hugepages_plan(count, page_size, mem_total_bytes, supported_sizes, min_free_share=0.25):
@@ -52,6 +52,7 @@ class FilterModule:
         table = {
             "hugepages_vendor_count": hugepages.vendor_page_count,
             "hugepages_plan": hugepages_plan,
+            "hugepages_plan_checked": refusal(hugepages_plan),
             "hugepages_plan_pools": hugepages_plan_pools,
             "hugepages_kernel_args": hugepages.kernel_cmdline_args,
             "hugepages_parse_meminfo": hugepages.parse_meminfo,

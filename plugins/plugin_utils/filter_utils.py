@@ -27,3 +27,19 @@ def value_errors(func, named=False):
             raise AnsibleFilterError(f"{func.__name__}: {exc}" if named else str(exc)) from exc
 
     return wrapper
+
+
+def refusal(func):
+    """``func`` returning ``{"value": <result>, "refusal": ""}``, or ``{"value": None, "refusal":
+    <the ValueError's explanation>}`` where it raises: a task asserts that ``refusal`` is empty and
+    prints only the explanation, where a raising filter would bury it in Ansible's task-argument
+    error ("Finalization of task args for 'set_fact' failed: ...")."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return {"value": func(*args, **kwargs), "refusal": ""}
+        except ValueError as exc:
+            return {"value": None, "refusal": str(exc)}
+
+    return wrapper

@@ -54,3 +54,13 @@ def test_node_reading_filter_on_n12():
     assert out == str(481 * 2 * 1024**2)
     with pytest.raises(AnsibleFilterError, match="parse_node_resources: kubectl describe node line 2"):
         FILTERS["hugepages_parse_kubelet"]("Capacity:\n memory:\n")
+
+
+def test_the_checked_plan_returns_the_refusal_as_a_value_instead_of_raising():
+    from ansible_collections.gpucluster.cluster.plugins.filter.hugepages import FilterModule
+
+    checked = FilterModule().filters()["hugepages_plan_checked"]
+    ok = checked(4, "1G", 64 * 2**30, [2**21, 2**30])
+    assert ok["refusal"] == "" and ok["value"]["count"] == 4
+    bad = checked(100000, "1G", 64 * 2**30, [2**21, 2**30])
+    assert bad["value"] is None and "lower hugepages_count" in bad["refusal"]
