@@ -893,6 +893,38 @@ def registry_problem(key, value):
 
 REGISTRY_KEYS = ("insecure-registries", "allow-nondistributable-artifacts", "registry-mirrors")
 
+# The log options of the drivers gpucluster configures (moby daemon/logger/jsonfilelog and local:
+# ValidateLogOpt's accepted keys; New() reads max-size with go-units' RAMInBytes and max-file with
+# Atoi, at least 1). dockerd takes the file, but every container it then creates fails to start
+# its logger, the training container included.
+LOG_OPTS = {
+    "json-file": ("max-file", "max-size", "compress", "labels", "labels-regex", "env", "env-regex", "tag"),
+    "local": ("max-file", "max-size", "compress"),
+}
+_RAM_IN_BYTES = re.compile(r"^(\d+(\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?$")
+
+
+def log_opts_problems(driver, opts):
+    """Why containers under ``driver`` with ``opts`` (daemon.json ``log-opts``) would not start, with
+    the fix; [] for drivers other than json-file and local, whose options this does not know."""
+    if driver not in LOG_OPTS or not isinstance(opts, dict):
+        return []
+    out = []
+    for key, value in opts.items():
+        if key not in LOG_OPTS[driver]:
+            out.append(f"'log-opts.{key}' is not an option of the {driver} log driver (\"unknown log opt '{key}' "
+                       f"for {driver} log driver\"). Fix: use one of {', '.join(LOG_OPTS[driver])}, or remove it")
+        elif key == "max-size" and not _RAM_IN_BYTES.match(str(value)):
+            out.append(f"'log-opts.max-size' is {json.dumps(value)}, not a size; every container would fail to "
+                       "start its logger. Fix: give a size such as \"100m\" (docker_log_max_size)")
+        elif key == "max-file" and not (str(value).isdigit() and int(value) >= 1):
+            out.append(f"'log-opts.max-file' is {json.dumps(value)}; the {driver} driver needs a whole number of at "
+                       "least 1. Fix: give e.g. \"3\" (docker_log_max_file)")
+        elif key == "compress" and str(value).lower() not in ("1", "t", "true", "0", "f", "false"):
+            out.append(f"'log-opts.compress' is {json.dumps(value)}, not true or false. "
+                       "Fix: give \"true\" or \"false\"")
+    return out
+
 
 def _json_type(value):
     """The JSON type of a decoded value, as dockerd's decoder names it (Ansible's tagged str is a str)."""
@@ -962,6 +994,9 @@ def check_keys(cfg, keys=None, known=None):
                 f"'{key}' is {json.dumps(value)} ({_json_type(value)}); dockerd needs {_TYPE_WORDS[kind]} "
                 f"and refuses to start (\"json: cannot unmarshal\"). Fix: give '{key}' {_TYPE_WORDS[kind]}.")))
             continue
+        if key == "log-opts":
+            driver = cfg.get("log-driver", "json-file")
+            out.extend(KeyProblem(key, why + ".") for why in log_opts_problems(driver, value))
         if key in REGISTRY_KEYS:
             for entry in value:
                 why = registry_problem(key, entry)
@@ -1066,10 +1101,12 @@ def plan_problems(contributions):
     the file; preflight runs them first so that a bad key stops the run before any stage.
     """
     try:
-        desired = merge_contributions(contributions)
-    except ValueError as exc:
-        return [str(exc)]
-    return [p.message for p in check_keys(desired)]
+        return [p.message for p in check_keys(merge_contributions(contributions))]
+    except ValueError as exc:  # two sources disagree: report that, and what each source has wrong
+        out = [str(exc)]
+        for _name, cfg in contributions:
+            out += [p.message for p in check_keys(cfg) if p.message not in out] if isinstance(cfg, dict) else []
+        return out
 
 
 def own(existing, desired, previous=None, remove=()):

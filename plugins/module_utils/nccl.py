@@ -376,6 +376,39 @@ def roce_gid_index(ports, interfaces=None) -> int:
 
 
 
+def check_values(gdr_level=None, net_plugin=None, socket_nthreads=None, nsocks_perthread=None):
+    """The nccl_env settings that need no node: raises NcclEnvError naming the first bad one.
+
+    ``gdr_level`` one of GDR_LEVELS (any case); ``net_plugin`` a plugin name or library path;
+    ``socket_nthreads`` 1-16 and ``nsocks_perthread`` >= 1 with a product of at most 64 (NCCL's
+    limit, its environment variable documentation). None: not set. Used by
+    render_nccl_env and, before any stage runs, by preflight (module_utils/stage_settings.py).
+    """
+    if gdr_level is not None and str(gdr_level).upper() not in GDR_LEVELS:
+        raise NcclEnvError(
+            "NCCL_NET_GDR_LEVEL must be one of {}, got {!r}".format(", ".join(GDR_LEVELS), gdr_level)
+        )
+    if net_plugin and not re.match(r"^[A-Za-z0-9._/+-]+$", str(net_plugin)):
+        raise NcclEnvError(f"NCCL_NET_PLUGIN must be a plugin name or library path, got {net_plugin!r}")
+    if socket_nthreads is not None or nsocks_perthread is not None:
+        try:
+            nt = int(socket_nthreads if socket_nthreads is not None else 1)
+            ns = int(nsocks_perthread if nsocks_perthread is not None else 1)
+        except (TypeError, ValueError):
+            raise NcclEnvError(
+                f"NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD must be whole numbers, got "
+                f"{socket_nthreads!r} / {nsocks_perthread!r}") from None
+        if not 1 <= nt <= 16:
+            raise NcclEnvError(f"NCCL_SOCKET_NTHREADS must be 1-16, got {nt}")
+        if ns < 1:
+            raise NcclEnvError(f"NCCL_NSOCKS_PERTHREAD must be >= 1, got {ns}")
+        if nt * ns > 64:
+            raise NcclEnvError(
+                f"NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = {nt} x {ns} = {nt * ns} exceeds NCCL's "
+                "limit of 64"
+            )
+
+
 def render_nccl_env(
     interfaces,
     rdma_ports=None,
@@ -421,13 +454,9 @@ def render_nccl_env(
             )
         )
 
+    check_values(gdr_level, net_plugin, socket_nthreads, nsocks_perthread)
     if gdr_level is not None:
-        level = str(gdr_level).upper()
-        if level not in GDR_LEVELS:
-            raise NcclEnvError(
-                "NCCL_NET_GDR_LEVEL must be one of {}, got {!r}".format(", ".join(GDR_LEVELS), gdr_level)
-            )
-        env["NCCL_NET_GDR_LEVEL"] = level
+        env["NCCL_NET_GDR_LEVEL"] = str(gdr_level).upper()
     elif gpudirect_rdma is False and chosen:
         env["NCCL_NET_GDR_LEVEL"] = "LOC"
         warnings.append(
@@ -435,26 +464,11 @@ def render_nccl_env(
         )
 
     if net_plugin:
-        if not re.match(r"^[A-Za-z0-9._/+-]+$", str(net_plugin)):
-            raise NcclEnvError(f"NCCL_NET_PLUGIN must be a plugin name or library path, got {net_plugin!r}")
         env["NCCL_NET_PLUGIN"] = str(net_plugin)
-
-    if socket_nthreads is not None or nsocks_perthread is not None:
-        nt = int(socket_nthreads if socket_nthreads is not None else 1)
-        ns = int(nsocks_perthread if nsocks_perthread is not None else 1)
-        if not 1 <= nt <= 16:
-            raise NcclEnvError(f"NCCL_SOCKET_NTHREADS must be 1-16, got {nt}")
-        if ns < 1:
-            raise NcclEnvError(f"NCCL_NSOCKS_PERTHREAD must be >= 1, got {ns}")
-        if nt * ns > 64:
-            raise NcclEnvError(
-                f"NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = {nt} x {ns} = {nt * ns} exceeds NCCL's "
-                "limit of 64"
-            )
-        if socket_nthreads is not None:
-            env["NCCL_SOCKET_NTHREADS"] = str(nt)
-        if nsocks_perthread is not None:
-            env["NCCL_NSOCKS_PERTHREAD"] = str(ns)
+    if socket_nthreads is not None:
+        env["NCCL_SOCKET_NTHREADS"] = str(int(socket_nthreads))
+    if nsocks_perthread is not None:
+        env["NCCL_NSOCKS_PERTHREAD"] = str(int(nsocks_perthread))
 
     if mca_use_cidr:
         nets = []

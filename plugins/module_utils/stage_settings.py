@@ -141,6 +141,25 @@ def check_nccl_extra(extra, variable="nccl_env_extra"):
     return out
 
 
+def check_nccl_values(values):
+    """nccl_env's settings that need no node (``nccl.check_values``, which the stage's render runs
+    too): the socket transport's threads against NCCL's limits, the plugin name, the GDR level."""
+    names = ("nccl_env_gdr_level", "nccl_env_net_plugin", "nccl_env_socket_nthreads", "nccl_env_nsocks_perthread")
+    given = {n: values.get(n) for n in names}
+    if not any(v not in (None, "", 0) for v in given.values()):
+        return []
+    try:
+        nccl.check_values(given["nccl_env_gdr_level"] or None, given["nccl_env_net_plugin"] or None,
+                          given["nccl_env_socket_nthreads"] or None, given["nccl_env_nsocks_perthread"] or None)
+    except nccl.NcclEnvError as exc:
+        text = str(exc)
+        named = {"GDR_LEVEL": "nccl_env_gdr_level", "NET_PLUGIN": "nccl_env_net_plugin",
+                 "NTHREADS": "nccl_env_socket_nthreads", "NSOCKS": "nccl_env_nsocks_perthread"}
+        variable = next((n for key, n in named.items() if key in text), "nccl_env_socket_nthreads")
+        return [Problem(variable, text, "use a value NCCL accepts (roles/nccl_env/README.md), or leave it unset")]
+    return []
+
+
 def check_secondary_nics(specs, facts, nics_may_appear=False, variable="multi_nic_interfaces"):
     """The secondary NICs resolved against the node as the multi_nic stage resolves them
     (``netstage.resolve_secondary_nics``: by name or MAC, not the primary NIC, no NIC or address
@@ -179,6 +198,7 @@ def stage_problems(values, facts=None, gpus=0):
         out += check_data_interfaces(values["nccl_env_data_interfaces"], node_nic_names(facts), nics_may_appear)
     if "nccl_env_extra" in values:
         out += check_nccl_extra(values["nccl_env_extra"])
+    out += check_nccl_values(values)
     if "multi_nic_interfaces" in values:
         out += check_secondary_nics(values["multi_nic_interfaces"], facts, nics_may_appear)
     return out

@@ -64,21 +64,19 @@ BAD_INPUT = {
          "multi_nic_interfaces[0]: interface ens99 is not on this node", "gpudirect_mode: required",
          "training_image_capabilities: 'CAP_NOPE'", "training_image_registry_password: is empty"],
     ),
+    # One daemon.json that dockerd would not start with: a key given twice with two values, a
+    # malformed insecure registry, an unknown key, log options every container would fail on.
     "daemon.json keys dockerd would not start with": (
-        {"docker_data_root": "/srv/docker", "docker_daemon_options": {"data-root": "/data/docker"}},
-        ["daemon.json: 'data-root' is \"/srv/docker\""],
+        {"docker_data_root": "/srv/docker", "docker_insecure_registries": ["http://bad reg:5000"],
+         "docker_log_max_size": "lots", "docker_daemon_options": {"data-root": "/data/docker", "no-such-key": True}},
+        ["daemon.json: 'data-root' is \"/srv/docker\"",
+         "'insecure-registries' entry \"http://bad reg:5000\" is not valid",
+         "'no-such-key' is not a daemon.json key", "'log-opts.max-size' is \"lots\""],
     ),
-    "a malformed insecure registry and an unknown daemon.json key": (
-        {"docker_insecure_registries": ["http://bad reg:5000"], "docker_daemon_options": {"no-such-key": True}},
-        ["'insecure-registries' entry \"http://bad reg:5000\" is not valid", "'no-such-key' is not a daemon.json key"],
-    ),
+    # A stage's own read-only check, run by preflight (preflight_stage_checks; the plugin's is
+    # tested through gpucluster plan in tests/unit/playbooks/test_plan_playbook.py).
     "a cloud provider without its region": (
         {"cloud_eni_provider": "aws"}, ["cloud_eni_provider is aws but cloud_eni_region"],
-    ),
-    "a malformed plugin checksum": (
-        {"nccl_net_plugin_enabled": True, "nccl_net_plugin_url": "http://gpucluster-infra/libnccl-net.so",
-         "nccl_net_plugin_sha256": "abc"},
-        ["nccl_net_plugin_sha256 (64 hex digits; got abc)"],
     ),
 }
 

@@ -85,6 +85,8 @@ def test_a_bad_setting_is_refused_as_site_yml_would(tmp_path):
     # a stage's own read-only checks, run by preflight (preflight_stage_checks: docker, nccl_net_plugin)
     ({"docker_daemon_options": {"insecure-registries": ["svn://r.example.com"]}},
      "node-x: daemon.json: 'insecure-registries' entry \"svn://r.example.com\" should not contain '://'"),
+    ({"nccl_net_plugin_enabled": True, "nccl_net_plugin_url": "http://r.example.com/libnccl-net.so",
+      "nccl_net_plugin_sha256": "abc"}, "nccl_net_plugin_sha256 (64 hex digits; got abc)"),
     ({"nccl_net_plugin_enabled": True, "nccl_net_plugin_src": "/nonexistent/libnccl-net.so",
       "nccl_net_plugin_sha256": "0" * 64},
      "nccl_net_plugin_src /nonexistent/libnccl-net.so is missing on the controller"),

@@ -188,3 +188,40 @@ def test_plan_problems_name_the_owner_of_each_value_and_the_json_type():
     good = [("docker role", {"log-driver": "json-file", "log-opts": {"max-file": "3"}}),
             ("docker_daemon_options", {"insecure-registries": ["gpucluster-infra:5000"]})]
     assert daemon_json.plan_problems(good) == []
+
+
+@pytest.mark.parametrize(("values", "variable", "fragment"), [
+    ({"nccl_env_socket_nthreads": 32}, "nccl_env_socket_nthreads", "must be 1-16, got 32"),
+    ({"nccl_env_socket_nthreads": 8, "nccl_env_nsocks_perthread": 16}, "nccl_env_socket_nthreads", "8 x 16 = 128"),
+    ({"nccl_env_net_plugin": "harp plugin"}, "nccl_env_net_plugin", "plugin name or library path"),
+    ({"nccl_env_gdr_level": "FAST"}, "nccl_env_gdr_level", "must be one of LOC"),
+])
+def test_nccl_values_are_checked_by_the_stages_own_rule(values, variable, fragment):
+    (problem,) = stage_settings.check_nccl_values(values)
+    assert problem.variable == variable and fragment in problem.message
+
+
+def test_nccl_values_the_stage_accepts_pass():
+    assert stage_settings.check_nccl_values({"nccl_env_socket_nthreads": 4, "nccl_env_nsocks_perthread": 4,
+                                             "nccl_env_gdr_level": "PHB", "nccl_env_net_plugin": "harp"}) == []
+    assert stage_settings.check_nccl_values({"nccl_env_socket_nthreads": 0, "nccl_env_gdr_level": ""}) == []
+
+
+@pytest.mark.parametrize(("opts", "fragment"), [
+    ({"max-size": "lots"}, "'log-opts.max-size' is \"lots\", not a size"),
+    ({"max-size": "100m", "max-file": "0"}, "'log-opts.max-file' is \"0\""),
+    ({"max-size": "100m", "max-sise": "1g"}, "'log-opts.max-sise' is not an option of the json-file log driver"),
+    ({"compress": "maybe"}, "not true or false"),
+])
+def test_log_opts_every_container_would_fail_on_are_refused(opts, fragment):
+    (problem,) = daemon_json.plan_problems([("docker_daemon_options", {"log-driver": "json-file", "log-opts": opts})])
+    assert fragment in problem and "Fix:" in problem
+
+
+@pytest.mark.parametrize("opts", [{"max-size": "100m", "max-file": "3"}, {"max-size": "1.5 GiB"}, {"max-size": "10k"},
+                                  {"labels": "team", "tag": "{{.Name}}", "compress": "true"}])
+def test_log_opts_docker_reads_pass(opts):
+    assert daemon_json.plan_problems([("docker_daemon_options", {"log-opts": opts})]) == []
+    # a driver whose options are not known here is not judged
+    fluentd = {"log-driver": "fluentd", "log-opts": {"fluentd-address": "h:24224"}}
+    assert daemon_json.plan_problems([("x", fluentd)]) == []
