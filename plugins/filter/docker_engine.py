@@ -9,7 +9,11 @@ name would shadow the Docker SDK's ``docker`` package (tests/unit/test_no_path_h
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import plan_problems, server_version
+from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import (
+    plan_problems,
+    root_move_problem,
+    server_version,
+)
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 
@@ -21,4 +25,5 @@ def docker_daemon_problems(contributions):
 
 class FilterModule:
     def filters(self):
-        return {"docker_server_version": value_errors(server_version), "docker_daemon_problems": docker_daemon_problems}
+        return {"docker_server_version": value_errors(server_version), "docker_daemon_problems": docker_daemon_problems,
+                "docker_root_move_problem": root_move_problem}

@@ -1093,6 +1093,32 @@ def merge_contributions(contributions):
     return out
 
 
+def root_move_problem(probe, wanted):
+    """Why a new ``data-root`` (``wanted``) would lose the running engine's data, with the fix; None
+    when it would not.
+
+    ``probe``: ``"<DockerRootDir> <Containers> <Images> <populated>"`` as the docker role reads it
+    (``docker info``; ``populated`` is 1 when ``wanted``/containers already holds entries), or empty
+    when no engine answers. dockerd started on another root finds none of the containers, images
+    and volumes of the old one (they stay on disk there), so the training container and every
+    other container vanish from ``docker ps``. A new root that already holds an engine's data was
+    moved there on purpose, and is accepted.
+    """
+    parts = str(probe or "").split()
+    if len(parts) < 3 or not wanted:
+        return None
+    root, containers, images = parts[0].rstrip("/") or "/", parts[1], parts[2]
+    populated = len(parts) > 3 and parts[3] == "1"
+    if root == str(wanted).rstrip("/") or populated:
+        return None
+    if not (containers.isdigit() and images.isdigit()) or int(containers) + int(images) == 0:
+        return None
+    return (f"data-root {wanted} would move dockerd off {root}, where its {containers} container(s) and {images} "
+            f"image(s) are: dockerd would start on an empty root and they would vanish from it (the training "
+            f"container included; the files stay under {root}). Fix: stop docker and copy the old root first "
+            f"(rsync -aHX {root}/ {str(wanted).rstrip('/')}/), or set the data-root back to {root}")
+
+
 def plan_problems(contributions):
     """What dockerd would refuse in the daemon.json that ``contributions`` ([(name, dict)], in
     merge order) make, before any file or node is touched -> list of messages with the fix.

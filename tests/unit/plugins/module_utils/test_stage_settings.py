@@ -225,3 +225,19 @@ def test_log_opts_docker_reads_pass(opts):
     # a driver whose options are not known here is not judged
     fluentd = {"log-driver": "fluentd", "log-opts": {"fluentd-address": "h:24224"}}
     assert daemon_json.plan_problems([("x", fluentd)]) == []
+
+
+@pytest.mark.parametrize(("probe", "wanted", "refused"), [
+    ("/var/lib/docker 3 5 0", "/srv/docker", True),      # containers and images would vanish
+    ("/var/lib/docker 0 1 0", "/srv/docker", True),      # an image alone is data too
+    ("/var/lib/docker 0 0 0", "/srv/docker", False),     # an empty engine loses nothing
+    ("/srv/docker 3 5 1", "/srv/docker/", False),        # already there
+    ("/var/lib/docker 3 5 1", "/srv/docker", False),     # the data was copied to the new root on purpose
+    ("", "/srv/docker", False),                          # no engine yet (a fresh node)
+    ("/var/lib/docker 3 5 0", "", False),                # no data-root asked for
+])
+def test_a_data_root_that_would_hide_the_engines_data_is_refused(probe, wanted, refused):
+    why = daemon_json.root_move_problem(probe, wanted)
+    assert bool(why) is refused
+    if refused:
+        assert "/var/lib/docker" in why and "Fix:" in why and "rsync -aHX /var/lib/docker/ /srv/docker/" in why
