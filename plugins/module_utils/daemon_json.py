@@ -897,6 +897,9 @@ REGISTRY_KEYS = ("insecure-registries", "allow-nondistributable-artifacts", "reg
 # ValidateLogOpt's accepted keys; New() reads max-size with go-units' RAMInBytes and max-file with
 # Atoi, at least 1). dockerd takes the file, but every container it then creates fails to start
 # its logger, the training container included.
+#: The log drivers dockerd has built in (daemon/logger/*; a plugin is named with a "/" or ":tag").
+LOG_DRIVERS = ("json-file", "local", "journald", "syslog", "gelf", "fluentd", "awslogs", "splunk", "gcplogs",
+               "logentries", "etwlogs", "none")
 LOG_OPTS = {
     "json-file": ("max-file", "max-size", "compress", "labels", "labels-regex", "env", "env-regex", "tag"),
     "local": ("max-file", "max-size", "compress"),
@@ -994,6 +997,22 @@ def check_keys(cfg, keys=None, known=None):
                 f"'{key}' is {json.dumps(value)} ({_json_type(value)}); dockerd needs {_TYPE_WORDS[kind]} "
                 f"and refuses to start (\"json: cannot unmarshal\"). Fix: give '{key}' {_TYPE_WORDS[kind]}.")))
             continue
+        if key in ("bip", "fixed-cidr", "fixed-cidr-v6") and value and not _cidr(value):
+            out.append(KeyProblem(key, (
+                f"'{key}' is {json.dumps(value)}, not an address with its prefix length (dockerd refuses to start). "
+                f"Fix: give CIDR notation, e.g. \"172.26.0.1/16\"")))
+        if key == "default-address-pools":
+            for pool in value:
+                if not _cidr(str(pool.get("base", ""))) or not isinstance(pool.get("size"), int):
+                    out.append(KeyProblem(key, (
+                        f"'default-address-pools' entry {json.dumps(pool)} needs a CIDR \"base\" and a whole-number "
+                        "\"size\" (dockerd refuses to start). Fix: e.g. {\"base\": \"10.203.0.0/16\", \"size\": 24}")))
+        if key == "log-driver" and value not in LOG_DRIVERS and not re.search(r"[/:]", value):
+            near = difflib.get_close_matches(value, LOG_DRIVERS, n=1, cutoff=0.6)
+            out.append(KeyProblem(key, (
+                f"'log-driver' is {json.dumps(value)}, a log driver dockerd does not have (it refuses to start)."
+                f"{' Did you mean ' + repr(near[0]) + '?' if near else ''} Fix: use one of {', '.join(LOG_DRIVERS)} "
+                "(docker_log_driver), or a plugin's name with its tag.")))
         if key == "log-opts":
             driver = cfg.get("log-driver", "json-file")
             out.extend(KeyProblem(key, why + ".") for why in log_opts_problems(driver, value))

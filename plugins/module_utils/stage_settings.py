@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils import multi_nic, nccl, netstage
+from ansible_collections.gpucluster.cluster.plugins.module_utils import container_toolkit, multi_nic, nccl, netstage
 from ansible_collections.gpucluster.cluster.plugins.module_utils.inventory import Problem
 
 #: capabilities(7), in number order (CAP_CHOWN = 0 .. CAP_CHECKPOINT_RESTORE = 40).
@@ -160,14 +160,182 @@ def check_nccl_values(values):
     return []
 
 
-def check_secondary_nics(specs, facts, nics_may_appear=False, variable="multi_nic_interfaces"):
+#: URL settings and the schemes the module that fetches each one takes (get_url: http, https, ftp,
+#: file; apt's deb822 sources and keys: http, https).
+URL_SCHEMES = {
+    "nccl_net_plugin_url": ("http", "https", "ftp", "file"),
+}
+_URL_DEFAULT_SCHEMES = ("http", "https")
+#: Node paths that must be absolute. A relative one is taken relative to the remote user's home by
+#: some modules and as a Docker volume name by a bind mount, so it lands nowhere the stage reads.
+_PATH_SUFFIXES = ("_path", "_dir", "_file", "_dropin", "_hostfile", "_conf_path", "_cdi_spec")
+_NOT_PATHS = frozenset(("docker_log_max_file",))  # a count of log files
+#: Docker's container-name rule (daemon/names: ``^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$``).
+_CONTAINER_NAME = re.compile(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+#: Bind-mount modes Docker's volume parser takes (volume/mounts/linux_parser.go).
+_VOLUME_MODES = frozenset(("ro", "rw", "z", "Z", "shared", "rshared", "slave", "rslave", "private", "rprivate",
+                           "nocopy", "consistent", "cached", "delegated"))
+#: Linux routing tables a table number must not take: unspec 0 and the reserved 253-255 (default,
+#: main, local; iproute2's rt_tables).
+_RESERVED_TABLES = frozenset((0, 253, 254, 255))
+
+
+def check_urls(values):
+    """URL settings (names ending in ``_url`` or ``_mirror``): a scheme the fetching module takes and
+    a host; without one, get_url or apt fails on the node, apt for every source of the node."""
+    from urllib.parse import urlsplit
+
+    out = []
+    for name, value in sorted(values.items()):
+        if not name.endswith(("_url", "_mirror")) or not isinstance(value, str) or not value:
+            continue
+        schemes = URL_SCHEMES.get(name, _URL_DEFAULT_SCHEMES)
+        parts = urlsplit(value)
+        if parts.scheme not in schemes or not (parts.netloc or parts.scheme == "file"):
+            out.append(Problem(name, f"{value!r} is not a {'/'.join(schemes)} URL",
+                               f"give the full URL with its scheme, e.g. https://{value.split('://')[-1].lstrip('/')}"))
+    return out
+
+
+def check_paths(values):
+    """Node paths (names ending in ``_path``, ``_dir``, ``_file``, ...): absolute; sysctl files end in
+    ``.conf`` (systemd-sysctl reads nothing else) and the GRUB drop-in in ``.cfg`` under
+    /etc/default/grub.d (grub-mkconfig reads nothing else)."""
+    out = []
+    for name, value in sorted(values.items()):
+        if not name.endswith(_PATH_SUFFIXES) or name in _NOT_PATHS or not isinstance(value, str) or not value:
+            continue
+        if not value.startswith("/"):
+            out.append(Problem(name, f"{value!r} is a relative path; the stage and the training container would look "
+                               "for it in different places", f"give an absolute path, e.g. /{value.lstrip('./')}"))
+        elif name.endswith("_sysctl_file") and not value.endswith(".conf"):
+            out.append(Problem(name, f"{value!r} does not end in .conf, so systemd-sysctl never reads it and the "
+                               "settings are lost at reboot", "name it /etc/sysctl.d/<NN>-<name>.conf"))
+        elif name == "hugepages_grub_dropin" and not (
+                value.startswith("/etc/default/grub.d/") and value.endswith(".cfg")):
+            out.append(Problem(name, f"{value!r} is not a .cfg file in /etc/default/grub.d, the only drop-ins "
+                               "grub-mkconfig reads (the kernel would never get the hugepage arguments)",
+                               "use /etc/default/grub.d/<NN>-<name>.cfg"))
+    return out
+
+
+def check_training_container(values):
+    """The training container's settings Docker (or community.docker) would refuse when the
+    training stage recreates the container, which leaves the node without one."""
+    out = []
+    name = values.get("training_image_container_name")
+    if name is not None and not _CONTAINER_NAME.match(str(name)):
+        out.append(Problem("training_image_container_name", f"{name!r} is not a Docker container name",
+                           "use letters, digits and _.- (starting with a letter or digit), e.g. gpucluster-train"))
+    gpus = values.get("training_image_gpus")
+    if gpus is not None:
+        try:
+            container_toolkit.container_device_requests(str(gpus), "legacy")
+        except ValueError as exc:
+            out.append(Problem("training_image_gpus", str(exc).split(": ", 2)[-1],
+                               'use all, a comma list of indices (0,1) or GPU-/MIG- UUIDs, or "" for none'))
+    request = values.get("training_image_gpu_request")
+    if request is not None and str(request) not in container_toolkit.MODES:
+        out.append(Problem("training_image_gpu_request",
+                           f"{request!r} is not one of {', '.join(container_toolkit.MODES)}",
+                           "leave it unset (the nvidia_container_toolkit stage decides), or legacy / cdi"))
+    shm = values.get("training_image_shm_size")
+    if shm is not None and re.match(r"^0+(\.0+)?[bkmgBKMG]?$", str(shm)):
+        out.append(Problem("training_image_shm_size", f"{shm!r} is no size: Docker falls back to 64 MiB of /dev/shm, "
+                           "too little for NCCL's shared-memory transport", "use e.g. 32g"))
+    stack = values.get("training_image_ulimit_stack")
+    if stack is not None and str(stack).lstrip("-").isdigit() and int(stack) != -1 and int(stack) < 1048576:
+        out.append(Problem("training_image_ulimit_stack", f"{stack!r} bytes of stack cannot run sshd, the container's "
+                           "main process", "use 67108864 (the vendor's value) or -1"))
+    env = values.get("training_image_env")
+    if env is not None:
+        if not isinstance(env, dict):
+            out.append(Problem("training_image_env", f"{env!r} is not a mapping", "give e.g. {NCCL_DEBUG: INFO}"))
+        else:
+            for key, value in env.items():
+                if not _ENV_NAME.match(str(key)):
+                    out.append(Problem("training_image_env", f"{key!r} is not an environment variable name",
+                                       "use letters, digits and _, not starting with a digit"))
+                elif not isinstance(value, str):
+                    out.append(Problem("training_image_env", f"{key}: {value!r} is not a string (Docker's API takes "
+                                       "only strings)", f'quote it: {key}: "{value}"'))
+    volumes = values.get("training_image_extra_volumes")
+    for n, spec in enumerate(volumes if isinstance(volumes, list) else []):
+        parts = str(spec).split(":")
+        where = f"training_image_extra_volumes[{n}]"
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
+            out.append(Problem(where, f"{spec!r} is not SRC:/absolute/destination[:MODE]",
+                               "give e.g. /data:/data:ro (a host path or a volume name, then the container's path)"))
+        elif len(parts) == 3 and not set(parts[2].split(",")) <= _VOLUME_MODES:
+            out.append(Problem(where, f"{spec!r} has a mode Docker does not know ({parts[2]})",
+                               "use ro or rw (optionally with z, Z or a propagation such as rslave)"))
+    return out
+
+
+def check_numbers(values):
+    """Counts and numbers whose type is right but whose value breaks what they feed."""
+    out = []
+    table = values.get("multi_nic_table_base")
+    if table is not None and str(table).isdigit():
+        hit = sorted(t for t in range(int(table), int(table) + 17) if t in _RESERVED_TABLES)
+        if int(table) < 1 or hit:
+            out.append(Problem("multi_nic_table_base", f"{table}: the NICs' tables (base + 1, + 2, ...) would reach "
+                               f"the kernel's reserved table {hit[0] if hit else 0} (253 default, 254 main, 255 local)",
+                               "use a base between 1 and 236, e.g. 100"))
+    prio = values.get("multi_nic_rule_priority")
+    if prio is not None and str(prio).isdigit() and not 1 <= int(prio) < 32766:
+        out.append(Problem("multi_nic_rule_priority", f"{prio}: the rules would come after the main table's (32766), "
+                           "so no packet ever reaches the NICs' tables", "use a priority below 32766, e.g. 1000"))
+    for name in ("container_ssh_slots", "gpucluster_reboot_timeout"):
+        value = values.get(name)
+        if value is not None and str(value).lstrip("-").isdigit() and int(value) < 1:
+            out.append(Problem(name, f"{value} is not a positive number", "give a whole number of at least 1"))
+    for name in ("node_health_ecc_corrected_limit",):
+        value = values.get(name)
+        if value is not None and str(value).lstrip("-").isdigit() and int(value) < 0:
+            out.append(Problem(name, f"{value} is negative: every GPU would be judged over the limit",
+                               "give 0 or more"))
+    options = values.get("hugepages_mount_options")
+    for option in options if isinstance(options, list) else []:
+        key, _, value = str(option).partition("=")
+        if key in ("uid", "gid") and not value.isdigit():
+            out.append(Problem("hugepages_mount_options",
+                               f"{option!r}: hugetlbfs takes a numeric {key}, so the remount fails and "
+                               "/dev/hugepages is left unmounted", f"give the number: {key}=$(id -{key[0]} ...)"))
+        elif key == "mode" and not re.match(r"^[0-7]{3,4}$", value):
+            out.append(Problem("hugepages_mount_options", f"{option!r} is not an octal mode", "give e.g. mode=1770"))
+    spec = values.get("nvidia_container_toolkit_cdi_spec")
+    if isinstance(spec, str) and spec.startswith("/"):
+        opts = values.get("docker_daemon_options")
+        dirs = ["/etc/cdi", "/var/run/cdi"] + list((opts if isinstance(opts, dict) else {}).get("cdi-spec-dirs") or [])
+        if spec.rsplit("/", 1)[0].rstrip("/") not in [str(d).rstrip("/") for d in dirs]:
+            out.append(Problem("nvidia_container_toolkit_cdi_spec", f"{spec!r} is outside the directories Docker reads "
+                               f"CDI specs from ({', '.join(dirs)}): the GPU request would be unresolvable",
+                               "put it in /etc/cdi, or add its directory to docker_daemon_options['cdi-spec-dirs']"))
+    hcas = values.get("nccl_env_hcas")
+    for entry in hcas if isinstance(hcas, list) else []:
+        name, _, port = str(entry).lstrip("^=").partition(":")
+        if not name or (port and not port.isdigit()):
+            out.append(Problem("nccl_env_hcas", f"{entry!r} is not an HCA name with an optional port number",
+                               "give e.g. [mlx5_0:1, mlx5_1:1]"))
+    success = values.get("nccl_net_plugin_setup_success")
+    if isinstance(success, str) and success:
+        try:
+            re.compile(success)
+        except re.error as exc:
+            out.append(Problem("nccl_net_plugin_setup_success", f"{success!r} is not a regular expression ({exc})",
+                               "escape regex characters, e.g. setup ok \\("))
+    return out
+
+
+def check_secondary_nics(specs, facts, nics_may_appear=False, variable="multi_nic_interfaces", mtu=0):
     """The secondary NICs resolved against the node as the multi_nic stage resolves them
     (``netstage.resolve_secondary_nics``: by name or MAC, not the primary NIC, no NIC or address
     twice, an address to give it); skipped where a stage of this run attaches NICs (cloud ENIs)."""
     if nics_may_appear or not specs:
         return []
     try:
-        netstage.resolve_secondary_nics(specs, facts)
+        netstage.resolve_secondary_nics(specs, facts, int(mtu or 0) if str(mtu or 0).isdigit() else 0)
     except netstage.NetStageError as exc:
         where, sep, text = str(exc).partition(": ")
         if not (sep and where.startswith(variable)):
@@ -200,5 +368,7 @@ def stage_problems(values, facts=None, gpus=0):
         out += check_nccl_extra(values["nccl_env_extra"])
     out += check_nccl_values(values)
     if "multi_nic_interfaces" in values:
-        out += check_secondary_nics(values["multi_nic_interfaces"], facts, nics_may_appear)
+        out += check_secondary_nics(values["multi_nic_interfaces"], facts, nics_may_appear,
+                                    mtu=values.get("multi_nic_mtu", 0))
+    out += check_urls(values) + check_paths(values) + check_training_container(values) + check_numbers(values)
     return out

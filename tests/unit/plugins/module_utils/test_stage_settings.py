@@ -241,3 +241,83 @@ def test_a_data_root_that_would_hide_the_engines_data_is_refused(probe, wanted, 
     assert bool(why) is refused
     if refused:
         assert "/var/lib/docker" in why and "Fix:" in why and "rsync -aHX /var/lib/docker/ /srv/docker/" in why
+
+
+# --- settings whose type is right but whose value a later stage refuses or breaks the node with ---
+# (found by trying one bad setting at a time through gpucluster plan)
+@pytest.mark.parametrize(("values", "variable", "fragment"), [
+    ({"docker_apt_mirror": "download.docker.com/linux"}, "docker_apt_mirror", "is not a http/https URL"),
+    ({"nccl_net_plugin_url": "s3://bucket/libnccl-net.so"}, "nccl_net_plugin_url", "http/https/ftp/file URL"),
+    ({"nvidia_driver_cuda_repo_url": "developer.download.nvidia.com/x"}, "nvidia_driver_cuda_repo_url", "URL"),
+    ({"training_image_tools_dir": "opt/gpucluster/tools"}, "training_image_tools_dir", "relative path"),
+    ({"container_ssh_dir": "etc/ssh"}, "container_ssh_dir", "relative path"),
+    ({"hugepages_sysctl_file": "/etc/sysctl.d/60-hugepages"}, "hugepages_sysctl_file", "does not end in .conf"),
+    ({"hugepages_grub_dropin": "/etc/default/grub"}, "hugepages_grub_dropin", "grub-mkconfig reads"),
+    ({"hugepages_grub_dropin": "/etc/default/grub.d/99-x.conf"}, "hugepages_grub_dropin", ".cfg"),
+    ({"training_image_container_name": "gpu cluster"}, "training_image_container_name", "not a Docker container name"),
+    ({"training_image_gpus": "gpu0"}, "training_image_gpus", "'gpu0' is no GPU index"),
+    ({"training_image_gpus": "0-7"}, "training_image_gpus", "no GPU index"),
+    ({"training_image_gpu_request": "CDI"}, "training_image_gpu_request", "is not one of cdi, legacy"),
+    ({"training_image_shm_size": "0"}, "training_image_shm_size", "64 MiB"),
+    ({"training_image_ulimit_stack": 0}, "training_image_ulimit_stack", "cannot run sshd"),
+    ({"training_image_env": {"NCCL_IB_TIMEOUT": 22}}, "training_image_env", "is not a string"),
+    ({"training_image_env": {"MY-VAR": "1"}}, "training_image_env", "not an environment variable name"),
+    ({"training_image_extra_volumes": ["/data:data"]}, "training_image_extra_volumes[0]", "SRC:/absolute"),
+    ({"training_image_extra_volumes": ["/data:/data:rx"]}, "training_image_extra_volumes[0]", "mode Docker does not"),
+    ({"multi_nic_table_base": 254}, "multi_nic_table_base", "reserved table 254"),
+    ({"multi_nic_table_base": 240}, "multi_nic_table_base", "reserved table 253"),
+    ({"multi_nic_rule_priority": 40000}, "multi_nic_rule_priority", "after the main table's"),
+    ({"container_ssh_slots": 0}, "container_ssh_slots", "not a positive number"),
+    ({"gpucluster_reboot_timeout": 0}, "gpucluster_reboot_timeout", "not a positive number"),
+    ({"node_health_ecc_corrected_limit": -1}, "node_health_ecc_corrected_limit", "negative"),
+    ({"nccl_env_hcas": ["mlx5_0:x"]}, "nccl_env_hcas", "not an HCA name"),
+    ({"nccl_net_plugin_setup_success": "setup ok ("}, "nccl_net_plugin_setup_success", "not a regular expression"),
+    ({"multi_nic_mtu": 100000, "multi_nic_interfaces": [{"name": "ens1f0"}]}, "multi_nic_interfaces[0]", "MTU 100000"),
+    ({"hugepages_mount_options": ["nosuid", "gid=hugetlb"]}, "hugepages_mount_options", "numeric gid"),
+    ({"hugepages_mount_options": ["mode=rwx"]}, "hugepages_mount_options", "not an octal mode"),
+    ({"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml"}, "nvidia_container_toolkit_cdi_spec",
+     "outside the directories Docker reads"),
+])
+def test_a_value_a_later_stage_would_refuse_or_break_on_is_refused_now(values, variable, fragment):
+    problems = stage_settings.stage_problems(values, FACTS, gpus=8)
+    assert [p.variable for p in problems] == [variable], problems
+    assert fragment in problems[0].message, problems[0].message
+    assert problems[0].fix
+
+
+@pytest.mark.parametrize("values", [
+    {"docker_apt_mirror": "https://download.docker.com/linux", "nccl_net_plugin_url": "file:///srv/libnccl-net.so"},
+    {"training_image_tools_dir": "/opt/gpucluster/tools", "hugepages_sysctl_file": "/etc/sysctl.d/60-hp.conf",
+     "hugepages_grub_dropin": "/etc/default/grub.d/60-gpucluster-hugepages.cfg", "docker_log_max_file": 3},
+    {"training_image_container_name": "gpucluster-train", "training_image_gpus": "0,1",
+     "training_image_gpu_request": "cdi", "training_image_shm_size": "32g", "training_image_ulimit_stack": 67108864,
+     "training_image_env": {"NCCL_DEBUG": "INFO"}, "training_image_extra_volumes": ["/data:/data:ro", "ckpt:/ckpt"]},
+    {"training_image_gpus": "", "training_image_ulimit_stack": -1},
+    {"multi_nic_table_base": 100, "multi_nic_rule_priority": 1000, "container_ssh_slots": 4,
+     "gpucluster_reboot_timeout": 900, "node_health_ecc_corrected_limit": 0, "nccl_env_hcas": ["mlx5_0:1", "mlx5_1"],
+     "nccl_net_plugin_setup_success": "setup (ok|done)"},
+    {"hugepages_mount_options": ["nosuid", "nodev", "gid=1001", "mode=1770"],
+     "nvidia_container_toolkit_cdi_spec": "/etc/cdi/nvidia.yaml"},
+    {"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml",
+     "docker_daemon_options": {"cdi-spec-dirs": ["/opt/cdi"]}},
+])
+def test_values_the_stages_take_pass(values):
+    assert stage_settings.stage_problems(values, FACTS, gpus=8) == []
+
+
+@pytest.mark.parametrize(("driver", "refused"), [("jsonfile", True), ("json-file", False), ("journald", False),
+                                                 ("splunk/logging:1.0", False), ("nosuch", True)])
+def test_log_drivers_dockerd_has(driver, refused):
+    problems = daemon_json.plan_problems([("docker role", {"log-driver": driver})])
+    assert bool(problems) is refused
+    if driver == "jsonfile":
+        assert "Did you mean 'json-file'" in problems[0]
+
+
+@pytest.mark.parametrize(("cfg", "refused"), [
+    ({"bip": "172.26.0.1"}, True), ({"bip": "172.26.0.1/16"}, False), ({"fixed-cidr": "10.0.0.0"}, True),
+    ({"default-address-pools": [{"base": "10.203.0.0/16", "size": 24}]}, False),
+    ({"default-address-pools": [{"base": "10.203.0.0", "size": 24}]}, True),
+])
+def test_bridge_addresses_dockerd_parses_as_cidr(cfg, refused):
+    assert bool(daemon_json.plan_problems([("docker_daemon_options", cfg)])) is refused
