@@ -312,6 +312,14 @@ def check_numbers(values):
             out.append(Problem("nvidia_container_toolkit_cdi_spec", f"{spec!r} is outside the directories Docker reads "
                                f"CDI specs from ({', '.join(dirs)}): the GPU request would be unresolvable",
                                "put it in /etc/cdi, or add its directory to docker_daemon_options['cdi-spec-dirs']"))
+    user = values.get("container_ssh_user")
+    if user is not None and not re.match(r"^[a-z_][a-z0-9_-]*$", str(user)):
+        out.append(Problem("container_ssh_user", f"{user!r} is not a user name sshd's AllowUsers and ssh_config's User "
+                           "read as one", "use a POSIX user name, e.g. root or mpiuser"))
+    prefix = values.get("multi_nic_networkd_prefix")
+    if prefix is not None and not re.match(r"^[A-Za-z0-9._-]+$", str(prefix)):
+        out.append(Problem("multi_nic_networkd_prefix", f"{prefix!r} is not a file-name prefix (the .network and .link "
+                           "files would land in a missing directory or be split)", "use e.g. 10-gpucluster"))
     hcas = values.get("nccl_env_hcas")
     for entry in hcas if isinstance(hcas, list) else []:
         name, _, port = str(entry).lstrip("^=").partition(":")
@@ -325,6 +333,52 @@ def check_numbers(values):
         except re.error as exc:
             out.append(Problem("nccl_net_plugin_setup_success", f"{success!r} is not a regular expression ({exc})",
                                "escape regex characters, e.g. setup ok \\("))
+    return out
+
+
+#: Resource ID formats of the providers' APIs: AWS EC2 IDs are a prefix and 8 or 17 hex digits
+#: (EC2 User Guide, "Resource IDs"); Tencent Cloud's a prefix and 8 lowercase letters or digits.
+_CLOUD_IDS = {
+    "aws": {"cloud_eni_instance_id": r"i-([0-9a-f]{8}|[0-9a-f]{17})",
+            "cloud_eni_subnet_id": r"subnet-([0-9a-f]{8}|[0-9a-f]{17})",
+            "cloud_eni_security_groups": r"sg-([0-9a-f]{8}|[0-9a-f]{17})",
+            "cloud_eni_region": r"[a-z]{2}(-[a-z]+)+-[0-9]+"},
+    "tencentcloud": {"cloud_eni_instance_id": r"ins-[a-z0-9]{8}", "cloud_eni_subnet_id": r"subnet-[a-z0-9]{8}",
+                     "cloud_eni_security_groups": r"sg-[a-z0-9]{8}", "cloud_eni_region": r"[a-z]{2,3}(-[a-z0-9]+)+"},
+}
+
+
+def check_cloud_eni(values):
+    """The ENI settings the cloud or the network stage would refuse only after ENIs were created and
+    attached: IDs and region in the provider's format, the subnet in CIDR form with the gateway in
+    it (``netstage.eni_interfaces``, the stage's own reader), the MTU, the first device index."""
+    provider = values.get("cloud_eni_provider")
+    if not provider:
+        return []
+    out = []
+    for name, pattern in _CLOUD_IDS.get(str(provider), {}).items():
+        value = values.get(name)
+        for item in (value if isinstance(value, list) else [value] if value else []):
+            if not re.fullmatch(pattern, str(item)):
+                what = {"cloud_eni_instance_id": "instance ID", "cloud_eni_subnet_id": "subnet ID",
+                        "cloud_eni_security_groups": "security group ID", "cloud_eni_region": "region"}[name]
+                out.append(Problem(name, f"{item!r} is not {provider}'s form of a {what} (expected {pattern})",
+                                   "copy the ID or region from the cloud console or CLI (a group's ID, not its name)"))
+    cidr = values.get("cloud_eni_subnet_cidr")
+    if cidr:
+        try:
+            netstage.eni_interfaces([], cidr, values.get("cloud_eni_gateway") or None)
+        except (netstage.NetStageError, ValueError) as exc:
+            out.append(Problem("cloud_eni_subnet_cidr" if "gateway" not in str(exc) else "cloud_eni_gateway", str(exc),
+                               "give the subnet as the cloud shows it (e.g. 10.0.64.0/20) and a gateway inside it"))
+    mtu = values.get("cloud_eni_mtu")
+    if mtu not in (None, 0, "0", "") and not (str(mtu).isdigit() and 68 <= int(mtu) <= 9001):
+        out.append(Problem("cloud_eni_mtu", f"{mtu!r} is outside 68-9001 (the largest MTU a cloud ENI carries)",
+                           "use 9001 (AWS jumbo frames), 1500, or 0 to leave it alone"))
+    start = values.get("cloud_eni_device_index_start")
+    if start is not None and str(start).lstrip("-").isdigit() and int(start) < 1:
+        out.append(Problem("cloud_eni_device_index_start", f"{start}: device index 0 is the instance's primary ENI",
+                           "start at 1"))
     return out
 
 
@@ -371,4 +425,5 @@ def stage_problems(values, facts=None, gpus=0):
         out += check_secondary_nics(values["multi_nic_interfaces"], facts, nics_may_appear,
                                     mtu=values.get("multi_nic_mtu", 0))
     out += check_urls(values) + check_paths(values) + check_training_container(values) + check_numbers(values)
+    out += check_cloud_eni(values)
     return out

@@ -274,6 +274,8 @@ def test_a_data_root_that_would_hide_the_engines_data_is_refused(probe, wanted, 
     ({"nccl_net_plugin_setup_success": "setup ok ("}, "nccl_net_plugin_setup_success", "not a regular expression"),
     ({"multi_nic_mtu": 100000, "multi_nic_interfaces": [{"name": "ens1f0"}]}, "multi_nic_interfaces[0]", "MTU 100000"),
     ({"hugepages_mount_options": ["nosuid", "gid=hugetlb"]}, "hugepages_mount_options", "numeric gid"),
+    ({"container_ssh_user": "mpi user"}, "container_ssh_user", "not a user name"),
+    ({"multi_nic_networkd_prefix": "10 gpu/cluster"}, "multi_nic_networkd_prefix", "not a file-name prefix"),
     ({"hugepages_mount_options": ["mode=rwx"]}, "hugepages_mount_options", "not an octal mode"),
     ({"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml"}, "nvidia_container_toolkit_cdi_spec",
      "outside the directories Docker reads"),
@@ -296,7 +298,8 @@ def test_a_value_a_later_stage_would_refuse_or_break_on_is_refused_now(values, v
     {"multi_nic_table_base": 100, "multi_nic_rule_priority": 1000, "container_ssh_slots": 4,
      "gpucluster_reboot_timeout": 900, "node_health_ecc_corrected_limit": 0, "nccl_env_hcas": ["mlx5_0:1", "mlx5_1"],
      "nccl_net_plugin_setup_success": "setup (ok|done)"},
-    {"hugepages_mount_options": ["nosuid", "nodev", "gid=1001", "mode=1770"],
+    {"hugepages_mount_options": ["nosuid", "nodev", "gid=1001", "mode=1770"], "container_ssh_user": "root",
+     "multi_nic_networkd_prefix": "10-gpucluster",
      "nvidia_container_toolkit_cdi_spec": "/etc/cdi/nvidia.yaml"},
     {"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml",
      "docker_daemon_options": {"cdi-spec-dirs": ["/opt/cdi"]}},
@@ -321,3 +324,36 @@ def test_log_drivers_dockerd_has(driver, refused):
 ])
 def test_bridge_addresses_dockerd_parses_as_cidr(cfg, refused):
     assert bool(daemon_json.plan_problems([("docker_daemon_options", cfg)])) is refused
+
+
+AWS = {"cloud_eni_provider": "aws", "cloud_eni_region": "us-east-1", "cloud_eni_instance_id": "i-0123456789abcdef0",
+       "cloud_eni_subnet_id": "subnet-0123abcd", "cloud_eni_subnet_cidr": "10.0.64.0/20",
+       "cloud_eni_security_groups": ["sg-0123abcd"]}
+TENCENT = {"cloud_eni_provider": "tencentcloud", "cloud_eni_region": "ap-guangzhou",
+           "cloud_eni_instance_id": "ins-abcd1234",
+           "cloud_eni_subnet_id": "subnet-abcd1234", "cloud_eni_subnet_cidr": "10.0.64.0/20",
+           "cloud_eni_security_groups": ["sg-abcd1234"]}
+
+
+@pytest.mark.parametrize(("base", "change", "variable", "fragment"), [
+    (AWS, {"cloud_eni_region": "us-east1"}, "cloud_eni_region", "not aws's form of a region"),
+    (AWS, {"cloud_eni_instance_id": "ins-abcd1234"}, "cloud_eni_instance_id", "instance ID"),
+    (AWS, {"cloud_eni_security_groups": ["gpu-cluster-sg"]}, "cloud_eni_security_groups", "security group ID"),
+    (AWS, {"cloud_eni_subnet_cidr": "10.0.64.0"}, "cloud_eni_subnet_cidr", "/30 or larger"),
+    (AWS, {"cloud_eni_subnet_cidr": "10.0.64.5/20"}, "cloud_eni_subnet_cidr", "not a subnet in CIDR form"),
+    (AWS, {"cloud_eni_gateway": "10.1.0.1"}, "cloud_eni_gateway", "is not in cloud_eni_subnet_cidr"),
+    (AWS, {"cloud_eni_mtu": 100000}, "cloud_eni_mtu", "outside 68-9001"),
+    (AWS, {"cloud_eni_device_index_start": 0}, "cloud_eni_device_index_start", "primary ENI"),
+    (TENCENT, {"cloud_eni_instance_id": "i-0123456789abcdef0"}, "cloud_eni_instance_id", "tencentcloud's form"),
+])
+def test_cloud_settings_the_api_or_the_network_stage_would_refuse_after_attaching(base, change, variable, fragment):
+    (problem,) = stage_settings.check_cloud_eni({**base, **change})
+    assert problem.variable == variable and fragment in problem.message
+
+
+@pytest.mark.parametrize("values", [AWS, TENCENT,
+                                    {**AWS, "cloud_eni_instance_id": "i-0123abcd", "cloud_eni_mtu": 9001,
+                                     "cloud_eni_region": "us-gov-west-1", "cloud_eni_gateway": "10.0.64.1"},
+                                    {"cloud_eni_provider": "", "cloud_eni_region": "whatever"}])
+def test_cloud_settings_of_the_providers_forms_pass(values):
+    assert stage_settings.check_cloud_eni(values) == []
