@@ -312,6 +312,9 @@ def check_numbers(values):
             out.append(Problem("nvidia_container_toolkit_cdi_spec", f"{spec!r} is outside the directories Docker reads "
                                f"CDI specs from ({', '.join(dirs)}): the GPU request would be unresolvable",
                                "put it in /etc/cdi, or add its directory to docker_daemon_options['cdi-spec-dirs']"))
+    mtu = values.get("multi_nic_mtu")
+    if mtu not in (None, 0, "0", "") and not (str(mtu).isdigit() and 68 <= int(mtu) <= 65535):
+        out.append(Problem("multi_nic_mtu", f"{mtu!r} is outside 68-65535", "use e.g. 9000, or 0 to leave MTUs alone"))
     user = values.get("container_ssh_user")
     if user is not None and not re.match(r"^[a-z_][a-z0-9_-]*$", str(user)):
         out.append(Problem("container_ssh_user", f"{user!r} is not a user name sshd's AllowUsers and ssh_config's User "
@@ -389,7 +392,9 @@ def check_secondary_nics(specs, facts, nics_may_appear=False, variable="multi_ni
     if nics_may_appear or not specs:
         return []
     try:
-        netstage.resolve_secondary_nics(specs, facts, int(mtu or 0) if str(mtu or 0).isdigit() else 0)
+        # an MTU out of range is refused as multi_nic_mtu (check_numbers), not once per NIC
+        valid_mtu = int(mtu) if str(mtu or 0).isdigit() and 68 <= int(mtu) <= 65535 else 0
+        netstage.resolve_secondary_nics(specs, facts, valid_mtu)
     except netstage.NetStageError as exc:
         where, sep, text = str(exc).partition(": ")
         if not (sep and where.startswith(variable)):
