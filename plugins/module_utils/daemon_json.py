@@ -893,13 +893,13 @@ def registry_problem(key, value):
 
 REGISTRY_KEYS = ("insecure-registries", "allow-nondistributable-artifacts", "registry-mirrors")
 
+#: The log drivers dockerd has built in (daemon/logger/*; a plugin is named with a "/" or ":tag").
+LOG_DRIVERS = ("json-file", "local", "journald", "syslog", "gelf", "fluentd", "awslogs", "splunk", "gcplogs",
+               "logentries", "etwlogs", "none")
 # The log options of the drivers gpucluster configures (moby daemon/logger/jsonfilelog and local:
 # ValidateLogOpt's accepted keys; New() reads max-size with go-units' RAMInBytes and max-file with
 # Atoi, at least 1). dockerd takes the file, but every container it then creates fails to start
 # its logger, the training container included.
-#: The log drivers dockerd has built in (daemon/logger/*; a plugin is named with a "/" or ":tag").
-LOG_DRIVERS = ("json-file", "local", "journald", "syslog", "gelf", "fluentd", "awslogs", "splunk", "gcplogs",
-               "logentries", "etwlogs", "none")
 LOG_OPTS = {
     "json-file": ("max-file", "max-size", "compress", "labels", "labels-regex", "env", "env-regex", "tag"),
     "local": ("max-file", "max-size", "compress"),
