@@ -14,7 +14,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json imp
     root_move_problem,
     server_version,
 )
-from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import plain_args, value_errors
 
 
 def docker_daemon_problems(contributions):
@@ -25,5 +25,6 @@ def docker_daemon_problems(contributions):
 
 class FilterModule:
     def filters(self):
-        return {"docker_server_version": value_errors(server_version), "docker_daemon_problems": docker_daemon_problems,
+        return {"docker_server_version": value_errors(server_version),
+                "docker_daemon_problems": plain_args(docker_daemon_problems),
                 "docker_root_move_problem": root_move_problem}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory, membership, stage_settings
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import plain_args
 
 
 def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None):
@@ -65,11 +66,11 @@ def setting_typos(values, host, root):
 class FilterModule:
     def filters(self):
         return {
-            "gpucluster_inventory_errors": inventory_errors,
+            "gpucluster_inventory_errors": plain_args(inventory_errors),
             "gpucluster_provided_args": provided_args,
             "gpucluster_membership_errors": membership_errors,
             "gpucluster_setting_suspects": setting_suspects,
             "gpucluster_spec_names": spec_names,
-            "gpucluster_spec_errors": spec_errors,
-            "gpucluster_setting_typos": setting_typos,
+            "gpucluster_spec_errors": plain_args(spec_errors),
+            "gpucluster_setting_typos": plain_args(setting_typos),
         }
