@@ -69,3 +69,29 @@ def test_site_imports_stages_in_order():
     assert [s["ansible.builtin.import_playbook"] for s in site] == [
         "preflight.yml", "host_stack.yml", "network.yml", "docker.yml",
         "nvidia_container_toolkit.yml", "training.yml", "health.yml", "unlock.yml"]
+
+
+def test_stages_checked_by_preflight_skip_their_own_copy_of_the_checks():
+    """preflight runs each listed stage's assert.yml, then records the list (gpucluster_checked_stages);
+    the stage skips its copy in that run as one include, and runs it where preflight did not (its tags,
+    molecule). container_ssh runs its own again: its address check waits for this run's NICs."""
+    checked = yaml.safe_load((ROOT / "roles/preflight/defaults/main.yml").read_text())["preflight_stage_checks"]
+    stages = yaml.safe_load((ROOT / "roles/preflight/tasks/stages.yml").read_text())
+    loop = "{{ preflight_stage_checks }}"
+    record = [t for t in stages if "gpucluster_checked_stages" in t.get("ansible.builtin.set_fact", {})]
+    assert record and record[0]["ansible.builtin.set_fact"]["gpucluster_checked_stages"] == loop
+    assert stages.index(record[0]) > next(i for i, t in enumerate(stages) if t.get("loop") == loop)
+    for stage in checked:
+        tasks = yaml.safe_load((ROOT / "roles" / stage / "tasks/main.yml").read_text())
+        asserts = [t for t in tasks if "assert.yml" in str(t.get("ansible.builtin.include_tasks", ""))
+                   or t.get("ansible.builtin.import_tasks") == "assert.yml"]
+        assert len(asserts) == 1, stage
+        task = asserts[0]
+        if stage == "container_ssh":
+            assert task.get("ansible.builtin.import_tasks") == "assert.yml"
+            continue
+        include = task["ansible.builtin.include_tasks"]
+        assert include["file"] == "assert.yml", stage
+        assert "gpucluster_checked_stages" in task["when"] and "role_name not in" in task["when"], stage
+        # The included checks keep the tags the import gave them (include_tasks tags only itself).
+        assert include["apply"]["tags"] == task["tags"], stage
