@@ -25,4 +25,5 @@ class FilterModule:
             "container_toolkit_cdi_list": value_errors(ctk.parse_cdi_list),
             "container_toolkit_cdi_missing": value_errors(ctk.cdi_missing_devices),
             "container_toolkit_spec_action": value_errors(ctk.cdi_spec_action),
+            "container_toolkit_mode_problem": ctk.mode_problem,
         }

@@ -248,6 +248,12 @@ _LOGRUS = re.compile(r"^(?:(?:INFO|WARN|WARNING|ERRO|ERROR|DEBU|DEBUG|FATA|TRAC)
 _GPU_ID = re.compile(r"^(?:\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-fA-F-]+|\d+:\d+)$")
 
 
+def mode_problem(mode) -> str:
+    """``""`` for a GPU request mode this module knows (``MODES``), else what is wrong with it: the
+    one check of ``nvidia_container_toolkit_mode`` and ``training_image_gpu_request``'s values."""
+    return "" if mode in MODES else f"{mode!r} is not one of {', '.join(MODES)}"
+
+
 def gpu_request_plan(mode, engine) -> dict:
     """How the node's containers get GPUs: ``mode`` (``cdi``|``legacy``) against the engine's version.
 
@@ -259,8 +265,8 @@ def gpu_request_plan(mode, engine) -> dict:
     naming the version and the fix (the issue's rule: older engines keep the legacy path).
     ValueError for a mode that is neither.
     """
-    if mode not in MODES:
-        raise ValueError(f"nvidia_container_toolkit_mode: {mode!r} is not one of {', '.join(MODES)}")
+    if mode_problem(mode):
+        raise ValueError(f"nvidia_container_toolkit_mode: {mode_problem(mode)}")
     version = (int(engine["major"]), int(engine["minor"]))
     out = {"mode": mode, "engine": engine["version"], "daemon_settings": {}, "fallback": False}
     if mode == "legacy":
@@ -288,8 +294,8 @@ def container_device_requests(gpus, path) -> list:
     ``cdi``: one ``cdi`` request (count 0) naming ``nvidia.com/gpu=<id>`` for each (``=all`` for
     all), what ``docker run --device nvidia.com/gpu=all`` sends. ValueError for anything else.
     """
-    if path not in MODES:
-        raise ValueError(f"GPU request path {path!r} is not one of {', '.join(MODES)}")
+    if mode_problem(path):
+        raise ValueError(f"GPU request path {mode_problem(path)}")
     gpus = (gpus or "").strip()
     if not gpus:
         return []

@@ -12,6 +12,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.container_toolk
     cdi_spec_action,
     container_device_requests,
     gpu_request_plan,
+    mode_problem,
     parse_cdi_list,
     parse_docker_info_runtimes,
     parse_nvidia_smi_list,
@@ -156,6 +157,13 @@ def test_24_is_still_too_old_for_cdi():
 def test_unknown_mode_is_refused(mode):
     with pytest.raises(ValueError, match="nvidia_container_toolkit_mode"):
         gpu_request_plan(mode, _engine("28.3.2"))
+
+
+@pytest.mark.parametrize("mode", ["CDI", "auto", "", None, "legacy ", ["cdi"]])
+def test_mode_problem_is_the_one_check_of_a_mode(mode):
+    # The two roles' asserts and preflight's stage check call this; only the modes the plan knows pass.
+    assert repr(mode) in mode_problem(mode) and "cdi, legacy" in mode_problem(mode)
+    assert mode_problem("cdi") == mode_problem("legacy") == ""
 
 
 def test_device_requests_legacy_is_the_gpus_flag_as_before():
