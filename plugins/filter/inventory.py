@@ -73,4 +73,5 @@ class FilterModule:
             "gpucluster_spec_names": spec_names,
             "gpucluster_spec_errors": plain_args(spec_errors),
             "gpucluster_setting_typos": plain_args(setting_typos),
+            "gpucluster_duplicate_mounts": plain_args(stage_settings.duplicate_mounts),
         }

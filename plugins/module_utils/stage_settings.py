@@ -235,9 +235,8 @@ def check_training_container(values):
             out.append(Problem("training_image_gpus", str(exc).split(": ", 2)[-1],
                                'use all, a comma list of indices (0,1) or GPU-/MIG- UUIDs, or "" for none'))
     request = values.get("training_image_gpu_request")
-    if request is not None and str(request) not in container_toolkit.MODES:
-        out.append(Problem("training_image_gpu_request",
-                           f"{request!r} is not one of {', '.join(container_toolkit.MODES)}",
+    if request is not None and container_toolkit.mode_problem(str(request)):
+        out.append(Problem("training_image_gpu_request", container_toolkit.mode_problem(str(request)),
                            "leave it unset (the nvidia_container_toolkit stage decides), or legacy / cdi"))
     shm = values.get("training_image_shm_size")
     if shm is not None and re.match(r"^0+(\.0+)?[bkmgBKMG]?$", str(shm)):
@@ -270,6 +269,58 @@ def check_training_container(values):
             out.append(Problem(where, f"{spec!r} has a mode Docker does not know ({parts[2]})",
                                "use ro or rw (optionally with z, Z or a propagation such as rslave)"))
     return out
+
+
+def duplicate_mounts(volumes):
+    """Container paths that two of ``volumes`` ("src:dest[:mode]", the training container's whole
+    list: the role's own mounts and ``training_image_extra_volumes``) mount at -> one message each.
+    Docker refuses the container ("Duplicate mount point"), after the old one is already removed."""
+    seen = {}
+    for spec in volumes or ():
+        parts = str(spec).split(":")
+        if len(parts) >= 2:
+            seen.setdefault(parts[1].rstrip("/") or "/", []).append(str(spec))
+    return [f"{dest} is mounted twice ({', '.join(specs)})" for dest, specs in seen.items() if len(specs) > 1]
+
+
+def check_container_command(values):
+    """An empty ``training_image_command`` runs the image's own command: not the sshd on the
+    cluster port (container_ssh) that mpirun reaches the other nodes' containers through."""
+    command = values.get("training_image_command")
+    if isinstance(command, list) and not command:
+        return [Problem("training_image_command", "[] is empty: the container would run the image's own command, "
+                        "not the sshd mpirun reaches it through",
+                        "leave it unset (the container's sshd on container_ssh_port), or give the full command")]
+    return []
+
+
+def check_ssh_dir(values):
+    """``training_image_ssh_dir`` defaults to the directory the container_ssh stage set up
+    (``container_ssh_dir``, in the node contract); set to anything else, the container's sshd would
+    read a configuration and keys that stage never wrote, and not start."""
+    mounted = values.get("training_image_ssh_dir")
+    if mounted is None or mounted == values.get("container_ssh_dir"):
+        return []
+    where = values.get("container_ssh_dir")
+    return [Problem("training_image_ssh_dir", f"{mounted!r} is not the directory the container_ssh stage sets up "
+                    f"({'container_ssh_dir: ' + repr(where) if where else 'container_ssh_dir, unset'}): the "
+                    "container's sshd would find no configuration or keys there",
+                    f"set container_ssh_dir: {mounted} instead (the container follows it), and leave "
+                    "training_image_ssh_dir unset")]
+
+
+def check_nccl_conf_path(values):
+    """NCCL reads ``/etc/nccl.conf``, ``~/.nccl.conf`` or the file ``NCCL_CONF_FILE`` names
+    (NCCL's environment documentation): any other path is written and never read."""
+    path = values.get("nccl_env_conf_path")
+    extra = values.get("nccl_env_extra")
+    named = str(extra.get("NCCL_CONF_FILE", "")) if isinstance(extra, dict) else ""
+    if not isinstance(path, str) or not path.startswith("/") or path == "/etc/nccl.conf" \
+            or path.endswith("/.nccl.conf") or path == named:
+        return []
+    return [Problem("nccl_env_conf_path", f"{path!r} is not a file NCCL reads (/etc/nccl.conf, ~/.nccl.conf, or "
+                    "the one NCCL_CONF_FILE names): the settings would never reach NCCL",
+                    f"leave it unset (/etc/nccl.conf), or add NCCL_CONF_FILE: {path} to nccl_env_extra")]
 
 
 def check_numbers(values):
@@ -430,5 +481,6 @@ def stage_problems(values, facts=None, gpus=0):
         out += check_secondary_nics(values["multi_nic_interfaces"], facts, nics_may_appear,
                                     mtu=values.get("multi_nic_mtu", 0))
     out += check_urls(values) + check_paths(values) + check_training_container(values) + check_numbers(values)
+    out += check_container_command(values) + check_nccl_conf_path(values) + check_ssh_dir(values)
     out += check_cloud_eni(values)
     return out

@@ -281,6 +281,14 @@ def test_a_data_root_that_would_hide_the_engines_data_is_refused(probe, wanted, 
     ({"hugepages_mount_options": ["mode=rwx"]}, "hugepages_mount_options", "not an octal mode"),
     ({"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml"}, "nvidia_container_toolkit_cdi_spec",
      "outside the directories Docker reads"),
+    ({"training_image_command": []}, "training_image_command", "the image's own command"),
+    ({"training_image_ssh_dir": "/srv/ssh"}, "training_image_ssh_dir", "(container_ssh_dir, unset)"),
+    ({"training_image_ssh_dir": "/srv/ssh", "container_ssh_dir": "/opt/ssh"}, "training_image_ssh_dir",
+     "container_ssh_dir: '/opt/ssh'"),
+    ({"nccl_env_conf_path": "/etc/gpucluster/nccl.conf"}, "nccl_env_conf_path", "not a file NCCL reads"),
+    ({"nccl_env_conf_path": "/etc/nccl.conf.d/10.conf", "nccl_env_extra": {"NCCL_CONF_FILE": "/etc/nccl2.conf"}},
+     "nccl_env_conf_path", "not a file NCCL reads"),
+    ({"nccl_env_conf_path": "/root/nccl.conf"}, "nccl_env_conf_path", "'/root/nccl.conf' is not a file NCCL"),
 ])
 def test_a_value_a_later_stage_would_refuse_or_break_on_is_refused_now(values, variable, fragment):
     problems = stage_settings.stage_problems(values, FACTS, gpus=8)
@@ -305,6 +313,12 @@ def test_a_value_a_later_stage_would_refuse_or_break_on_is_refused_now(values, v
      "nvidia_container_toolkit_cdi_spec": "/etc/cdi/nvidia.yaml"},
     {"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml",
      "docker_daemon_options": {"cdi-spec-dirs": ["/opt/cdi"]}},
+    {"training_image_command": ["/usr/sbin/sshd", "-D"], "nccl_env_conf_path": "/etc/nccl.conf"},
+    {"nccl_env_conf_path": "/home/trainer/.nccl.conf"},
+    {"container_ssh_dir": "/srv/ssh", "container_ssh_hostfile": "/srv/mpi/hostfile"},
+    {"container_ssh_dir": "/srv/ssh", "training_image_ssh_dir": "/srv/ssh"},
+    {"nccl_env_conf_path": "/etc/gpucluster/nccl.conf",
+     "nccl_env_extra": {"NCCL_CONF_FILE": "/etc/gpucluster/nccl.conf"}},
 ])
 def test_values_the_stages_take_pass(values):
     assert stage_settings.stage_problems(values, FACTS, gpus=8) == []
@@ -359,3 +373,15 @@ def test_cloud_settings_the_api_or_the_network_stage_would_refuse_after_attachin
                                     {"cloud_eni_provider": "", "cloud_eni_region": "whatever"}])
 def test_cloud_settings_of_the_providers_forms_pass(values):
     assert stage_settings.check_cloud_eni(values) == []
+
+
+@pytest.mark.parametrize(("volumes", "expected"), [
+    (["/sys:/sys", "/opt/gpucluster/bin:/opt/gpucluster/bin:ro", "/srv:/opt/gpucluster/bin/:ro"],
+     ["/opt/gpucluster/bin is mounted twice "
+      "(/opt/gpucluster/bin:/opt/gpucluster/bin:ro, /srv:/opt/gpucluster/bin/:ro)"]),
+    (["/a:/data", "/b:/data:ro", "/c:/data"], ["/data is mounted twice (/a:/data, /b:/data:ro, /c:/data)"]),
+    (["/sys:/sys", "/data:/data:ro", "ckpt:/ckpt", "/data:/data2"], []),
+    ([], []),
+])
+def test_duplicate_mounts_names_each_container_path_mounted_twice(volumes, expected):
+    assert stage_settings.duplicate_mounts(volumes) == expected
