@@ -51,6 +51,38 @@ def test_check_on_fresh_nodes_shows_the_plan_changes_nothing_and_exits_0():
     assert key.exists() == key_before, "site.yml --check made the cluster key"
 
 
+def test_check_with_vendor_rdma_stacks_on_fresh_nodes_says_what_it_would_install(tmp_path):
+    """MLNX_OFED (a tarball) on node-1, DOCA-OFED (a DOCA-Host package) on node-2, inbox on the
+    others: check mode copies nothing, so it has nothing to unpack or read; it says what the real
+    run installs from which file and exits 0, the nodes unchanged. The files are stand-ins with
+    their names' grammar and their real checksums (what is inside is read on the real run only)."""
+    import hashlib
+    import json
+    import tarfile
+
+    ofed = tmp_path / "MLNX_OFED_LINUX-24.10-1.1.4.0-debian12.5-x86_64.tgz"
+    with tarfile.open(ofed, "w:gz") as tar:
+        info = tarfile.TarInfo("MLNX_OFED_LINUX-24.10-1.1.4.0-debian12.5-x86_64/mlnxofedinstall")
+        tar.addfile(info)
+    doca = tmp_path / "doca-host_2.9.1-018000-24.10-debian12_amd64.deb"
+    doca.write_bytes(b"stand-in")
+    sha = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (ofed, doca)}
+    per_host = "{{ {'node-1': 'ofed', 'node-2': 'doca'}.get(inventory_hostname, 'inbox') }}"
+    extra = {"rdma_stack": per_host, "rdma_doca_profile": "doca-ofed-userspace",
+             "rdma_ofed_tarball": {"src": str(ofed), "sha256": sha[ofed]},
+             "rdma_doca_package": {"src": str(doca), "sha256": sha[doca]}}
+    nodes = sandbox_nodes()
+    before = {n: exec_on(n, "sh", "-c", UNTOUCHED) for n in nodes}
+    r = playbook("site.yml", "--check", "-e", json.dumps(extra), check=False)
+    out = r.stdout
+    assert r.returncode == 0, out[-8000:]
+    assert f"node-1: check mode: would install MLNX_OFED from {ofed.name}" in out, out[-8000:]
+    assert f"node-2: check mode: would install doca-ofed-userspace from {doca.name}" in out, out[-8000:]
+    for n in nodes[2:]:
+        assert f"{n}: check mode: would install rdma-core" in out, out[-8000:]
+    assert {n: exec_on(n, "sh", "-c", UNTOUCHED) for n in nodes} == before, "check mode changed a node"
+
+
 # Settings a later stage would refuse, or apply and break the node with (issue 10's list), given
 # together where one preflight task reports them all. Each run must stop in preflight, naming
 # every node, the variable and the fix, with every node's /etc, /opt and package list as before.
