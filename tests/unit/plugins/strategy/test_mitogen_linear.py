@@ -82,3 +82,42 @@ def test_a_plugin_file_that_fails_to_import_is_left_to_the_worker(tmp_path):
     """)
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+COLLECTIONS_PROBE = textwrap.dedent("""
+    import importlib.util, json, pathlib, sys
+    root = pathlib.Path(sys.argv[1])
+    from ansible.plugins.loader import init_plugin_loader
+    init_plugin_loader([str(root / "collections")])
+    spec = importlib.util.spec_from_file_location("strategy_under_test", root / "plugins/strategy/mitogen_linear.py")
+    strategy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strategy)
+    import ansible.collections.list as cl
+    import ansible_mitogen.planner as planner
+
+    class Invocation:
+        def __init__(self):
+            self._extra_sys_paths = set()
+
+    before = Invocation()
+    planner._load_collections(before)          # mitogen's own: a walk over the collections
+    dirs = strategy.cache_collection_dirs()
+    walks = []
+    real = cl.list_collection_dirs
+    cl.list_collection_dirs = lambda *a, **k: walks.append(1) or real(*a, **k)
+    after = [Invocation(), Invocation()]
+    for inv in after:
+        planner._load_collections(inv)         # the cached list, no walk
+    print(json.dumps({"same": [sorted(inv._extra_sys_paths) == sorted(before._extra_sys_paths) for inv in after],
+                      "walks": len(walks), "dirs": len(dirs),
+                      "ours": any(d.endswith(b"gpucluster/cluster") for d in dirs)}))
+""")
+
+
+def test_mitogen_planner_reuses_one_listing_of_the_collections():
+    out = subprocess.run([PY, "-c", COLLECTIONS_PROBE, str(ROOT)], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    # The same sys.path entries as mitogen's walk, from the one listing made before the workers fork.
+    assert got == {"same": [True, True], "walks": 0, "dirs": got["dirs"], "ours": True}
+    assert got["dirs"] > 1
