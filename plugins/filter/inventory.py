@@ -6,10 +6,11 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils import inventor
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import plain_args
 
 
-def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None):
+def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None, root=None, roles=()):
     """Messages for every bad value among one host's variables (``hv``: the values the user set);
     ``facts``: the host's ``ansible_facts`` (its NICs), for the stages' settings
-    (``module_utils/stage_settings.py``)."""
+    (``module_utils/stage_settings.py``); ``root`` and ``roles``: where the stages' argument specs
+    are, whose defaults stand for what the user left unset."""
     problems = []
     problems += inventory.check_training_image(
         hv.get("training_image_ref", ""),
@@ -22,7 +23,10 @@ def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None):
         hv.get("container_ssh_port", 2222), hv.get("training_image_network_mode", "host"), hv.get("ansible_port", 22)
     )
     problems += inventory.check_gpus(gpu_count, hv.get("preflight_require_gpu", True))
-    problems += stage_settings.stage_problems(hv, facts, gpu_count)
+    defaults = {name: option["default"] for options in (inventory.load_role_specs(str(root), tuple(roles)).values()
+                                                         if root else ())
+                for name, option in options.items() if "default" in option}
+    problems += stage_settings.stage_problems(hv, facts, gpu_count, defaults)
     return inventory.format_problems(host, problems)
 
 

@@ -19,7 +19,9 @@ matches exactly, comma-separated prefixes).
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import container_toolkit, multi_nic, nccl, netstage
 from ansible_collections.gpucluster.cluster.plugins.module_utils.inventory import Problem
@@ -206,8 +208,9 @@ def check_paths(values):
         if not name.endswith(_PATH_SUFFIXES) or name in _NOT_PATHS or not isinstance(value, str) or not value:
             continue
         if not value.startswith("/"):
+            example = ("/root/" + value[2:]) if value.startswith("~/") else "/" + value.lstrip("./")
             out.append(Problem(name, f"{value!r} is a relative path; the stage and the training container would look "
-                               "for it in different places", f"give an absolute path, e.g. /{value.lstrip('./')}"))
+                               "for it in different places", f"give an absolute path, e.g. {example}"))
         elif name.endswith("_sysctl_file") and not value.endswith(".conf"):
             out.append(Problem(name, f"{value!r} does not end in .conf, so systemd-sysctl never reads it and the "
                                "settings are lost at reboot", "name it /etc/sysctl.d/<NN>-<name>.conf"))
@@ -234,9 +237,9 @@ def check_training_container(values):
         except ValueError as exc:
             out.append(Problem("training_image_gpus", str(exc).split(": ", 2)[-1],
                                'use all, a comma list of indices (0,1) or GPU-/MIG- UUIDs, or "" for none'))
-    request = values.get("training_image_gpu_request")
-    if request is not None and container_toolkit.mode_problem(str(request)):
-        out.append(Problem("training_image_gpu_request", container_toolkit.mode_problem(str(request)),
+    request = values.get("training_image_gpu_request", "legacy")  # only what the user set: null is a value
+    if container_toolkit.mode_problem(request):
+        out.append(Problem("training_image_gpu_request", container_toolkit.mode_problem(request),
                            "leave it unset (the nvidia_container_toolkit stage decides), or legacy / cdi"))
     shm = values.get("training_image_shm_size")
     if shm is not None and re.match(r"^0+(\.0+)?[bkmgBKMG]?$", str(shm)):
@@ -273,54 +276,81 @@ def check_training_container(values):
 
 def duplicate_mounts(volumes):
     """Container paths that two of ``volumes`` ("src:dest[:mode]", the training container's whole
-    list: the role's own mounts and ``training_image_extra_volumes``) mount at -> one message each.
+    list: the role's own mounts and ``training_image_extra_volumes``) mount at -> one message each,
+    the paths compared as the kernel resolves them (``//data``, ``/data/`` and ``/data`` are one).
     Docker refuses the container ("Duplicate mount point"), after the old one is already removed."""
     seen = {}
     for spec in volumes or ():
         parts = str(spec).split(":")
-        if len(parts) >= 2:
-            seen.setdefault(parts[1].rstrip("/") or "/", []).append(str(spec))
+        if len(parts) >= 2 and parts[1].startswith("/"):
+            seen.setdefault("/" + posixpath.normpath(parts[1]).lstrip("/"), []).append(str(spec))
     return [f"{dest} is mounted twice ({', '.join(specs)})" for dest, specs in seen.items() if len(specs) > 1]
 
 
 def check_container_command(values):
-    """An empty ``training_image_command`` runs the image's own command: not the sshd on the
-    cluster port (container_ssh) that mpirun reaches the other nodes' containers through."""
-    command = values.get("training_image_command")
-    if isinstance(command, list) and not command:
-        return [Problem("training_image_command", "[] is empty: the container would run the image's own command, "
-                        "not the sshd mpirun reaches it through",
-                        "leave it unset (the container's sshd on container_ssh_port), or give the full command")]
+    """A ``training_image_command`` that leaves the container no command of its own runs the
+    image's (Docker's ``Cmd`` when the create request has none): not the sshd on the cluster port
+    (container_ssh) that mpirun reaches the other nodes' containers through. An empty word is
+    passed to exec as an empty program name or argument."""
+    if "training_image_command" not in values:
+        return []
+    command = values["training_image_command"]
+    words = shlex.split(command) if isinstance(command, str) else command
+    fix = "leave it unset (the container's sshd on container_ssh_port), or give the full command, one word per item"
+    if not isinstance(words, list) or not words:
+        return [Problem("training_image_command", f"{command!r} is no command: the container would run the image's "
+                        "own command, not the sshd mpirun reaches it through", fix)]
+    if any(not isinstance(w, str) or not w.strip() for w in words):
+        return [Problem("training_image_command", f"{command!r} has an empty word", fix)]
     return []
 
 
-def check_ssh_dir(values):
-    """``training_image_ssh_dir`` defaults to the directory the container_ssh stage set up
-    (``container_ssh_dir``, in the node contract); set to anything else, the container's sshd would
-    read a configuration and keys that stage never wrote, and not start."""
-    mounted = values.get("training_image_ssh_dir")
-    if mounted is None or mounted == values.get("container_ssh_dir"):
-        return []
-    where = values.get("container_ssh_dir")
-    return [Problem("training_image_ssh_dir", f"{mounted!r} is not the directory the container_ssh stage sets up "
-                    f"({'container_ssh_dir: ' + repr(where) if where else 'container_ssh_dir, unset'}): the "
-                    "container's sshd would find no configuration or keys there",
-                    f"set container_ssh_dir: {mounted} instead (the container follows it), and leave "
-                    "training_image_ssh_dir unset")]
+#: Where NCCL reads its configuration file on its own (NCCL's environment documentation and
+#: ``initEnv``: ``$HOME/.nccl.conf``, then ``/etc/nccl.conf``); root's or a user's home.
+_NCCL_CONF = re.compile(r"^(?:/etc/nccl\.conf|/root/\.nccl\.conf|/home/[^/]+/\.nccl\.conf)$")
 
 
 def check_nccl_conf_path(values):
-    """NCCL reads ``/etc/nccl.conf``, ``~/.nccl.conf`` or the file ``NCCL_CONF_FILE`` names
-    (NCCL's environment documentation): any other path is written and never read."""
-    path = values.get("nccl_env_conf_path")
-    extra = values.get("nccl_env_extra")
-    named = str(extra.get("NCCL_CONF_FILE", "")) if isinstance(extra, dict) else ""
-    if not isinstance(path, str) or not path.startswith("/") or path == "/etc/nccl.conf" \
-            or path.endswith("/.nccl.conf") or path == named:
+    """``nccl_env_conf_path``: a file NCCL reads by itself. Any other file is written and never
+    read (``NCCL_CONF_FILE`` would have to be in every job's own environment, which gpucluster
+    does not set up: in ``nccl_env_extra`` it only reaches the file itself and the container)."""
+    if "nccl_env_conf_path" not in values:
         return []
-    return [Problem("nccl_env_conf_path", f"{path!r} is not a file NCCL reads (/etc/nccl.conf, ~/.nccl.conf, or "
-                    "the one NCCL_CONF_FILE names): the settings would never reach NCCL",
-                    f"leave it unset (/etc/nccl.conf), or add NCCL_CONF_FILE: {path} to nccl_env_extra")]
+    path = values["nccl_env_conf_path"]
+    text = path if isinstance(path, str) else ""
+    if text.startswith("/") and _NCCL_CONF.match(posixpath.normpath(text)) and text == text.strip() \
+            and not text.endswith("/"):
+        return []
+    if text and not text.startswith("/"):
+        return []  # a relative path (or ~): check_paths says so
+    if text != text.strip() or (text.endswith("/") and _NCCL_CONF.match(posixpath.normpath(text.strip()))):
+        fix = f"write it without the trailing {'space' if text != text.strip() else '/'}: " \
+              f"{posixpath.normpath(text.strip())}"
+    else:
+        fix = "leave it unset (/etc/nccl.conf, which NCCL reads on every node), or a user's own ~/.nccl.conf " \
+              "(/root/.nccl.conf, /home/<user>/.nccl.conf)"
+    return [Problem("nccl_env_conf_path", f"{path!r} is not a file NCCL reads (/etc/nccl.conf, or ~/.nccl.conf of "
+                    "the user a job runs as): the settings would never reach NCCL", fix)]
+
+
+def check_ssh_dir(values, defaults=None):
+    """``training_image_ssh_dir`` defaults to the directory the container_ssh stage set up
+    (``container_ssh_dir``, in the node contract); set to anything else, the container's sshd would
+    read a configuration and keys that stage never wrote, and not start. ``defaults``: the spec
+    defaults (``container_ssh_dir``'s, where the user left it unset)."""
+    if "training_image_ssh_dir" not in values:
+        return []
+    mounted = values["training_image_ssh_dir"]
+    where = values.get("container_ssh_dir", (defaults or {}).get("container_ssh_dir"))
+    same = isinstance(mounted, str) and isinstance(where, str) and mounted.startswith("/") \
+        and posixpath.normpath(mounted) == posixpath.normpath(where)
+    if same:
+        return []
+    source = "container_ssh_dir" if "container_ssh_dir" in values else "container_ssh_dir's default"
+    fix = (f"set container_ssh_dir: {mounted} instead (the container follows it), and leave training_image_ssh_dir "
+           "unset") if isinstance(mounted, str) and mounted.startswith("/") else "leave training_image_ssh_dir unset"
+    return [Problem("training_image_ssh_dir", f"{mounted!r} is not the directory the container_ssh stage sets up "
+                    f"({where!r}, {source}): the container's sshd would find no configuration or keys there", fix)]
 
 
 def check_numbers(values):
@@ -459,9 +489,10 @@ def node_nic_names(facts):
     return [i["name"] for i in multi_nic.interfaces_from_ansible_facts(facts or {})]
 
 
-def stage_problems(values, facts=None, gpus=0):
+def stage_problems(values, facts=None, gpus=0, defaults=None):
     """Every check above over one host's set values (``values``: name -> value, only what the
-    user set) and its facts -> list of ``Problem``."""
+    user set) and its facts -> list of ``Problem``. ``defaults``: the stages' spec defaults, for
+    the checks of one setting against another the user left unset."""
     facts = facts or {}
     nics_may_appear = bool(values.get("cloud_eni_provider"))
     out = []
@@ -481,6 +512,6 @@ def stage_problems(values, facts=None, gpus=0):
         out += check_secondary_nics(values["multi_nic_interfaces"], facts, nics_may_appear,
                                     mtu=values.get("multi_nic_mtu", 0))
     out += check_urls(values) + check_paths(values) + check_training_container(values) + check_numbers(values)
-    out += check_container_command(values) + check_nccl_conf_path(values) + check_ssh_dir(values)
+    out += check_container_command(values) + check_nccl_conf_path(values) + check_ssh_dir(values, defaults)
     out += check_cloud_eni(values)
     return out

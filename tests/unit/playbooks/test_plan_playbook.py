@@ -90,6 +90,13 @@ def test_a_bad_setting_is_refused_as_site_yml_would(tmp_path):
     ({"nccl_net_plugin_enabled": True, "nccl_net_plugin_src": "/nonexistent/libnccl-net.so",
       "nccl_net_plugin_sha256": "0" * 64},
      "nccl_net_plugin_src /nonexistent/libnccl-net.so is missing on the controller"),
+    # the training container's settings part (roles/training_image/tasks/settings.yml)
+    ({"training_image_extra_volumes": ["/data:/sys:ro"]},
+     "node-x: training_image_extra_volumes: /sys is mounted twice (/sys:/sys, /data:/sys:ro)"),
+    # one setting against another's spec default (container_ssh_dir, unset)
+    ({"training_image_ssh_dir": "/srv/ssh"},
+     "node-x: training_image_ssh_dir: '/srv/ssh' is not the directory the container_ssh stage sets up "
+     "('/etc/gpucluster/ssh', container_ssh_dir's default)"),
 ])
 def test_a_stage_setting_is_refused_before_any_stage(tmp_path, setting, expect):
     r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1, **setting))

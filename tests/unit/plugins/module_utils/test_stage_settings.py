@@ -282,9 +282,20 @@ def test_a_data_root_that_would_hide_the_engines_data_is_refused(probe, wanted, 
     ({"nvidia_container_toolkit_cdi_spec": "/opt/cdi/nvidia.yaml"}, "nvidia_container_toolkit_cdi_spec",
      "outside the directories Docker reads"),
     ({"training_image_command": []}, "training_image_command", "the image's own command"),
-    ({"training_image_ssh_dir": "/srv/ssh"}, "training_image_ssh_dir", "(container_ssh_dir, unset)"),
+    ({"training_image_ssh_dir": "/srv/ssh"}, "training_image_ssh_dir", "container_ssh_dir's default"),
     ({"training_image_ssh_dir": "/srv/ssh", "container_ssh_dir": "/opt/ssh"}, "training_image_ssh_dir",
-     "container_ssh_dir: '/opt/ssh'"),
+     "('/opt/ssh', container_ssh_dir)"),
+    ({"training_image_command": ""}, "training_image_command", "'' is no command"),
+    ({"training_image_command": None}, "training_image_command", "None is no command"),
+    ({"training_image_command": [""]}, "training_image_command", "has an empty word"),
+    ({"training_image_command": ["/usr/sbin/sshd", " "]}, "training_image_command", "has an empty word"),
+    ({"nccl_env_conf_path": ""}, "nccl_env_conf_path", "'' is not a file NCCL reads"),
+    ({"nccl_env_conf_path": None}, "nccl_env_conf_path", "None is not a file NCCL reads"),
+    ({"nccl_env_conf_path": "/etc/.nccl.conf"}, "nccl_env_conf_path", "not a file NCCL reads"),
+    ({"nccl_env_conf_path": "/tmp/.nccl.conf"}, "nccl_env_conf_path", "not a file NCCL reads"),
+    ({"nccl_env_conf_path": "/etc/gpucluster/nccl.conf",
+      "nccl_env_extra": {"NCCL_CONF_FILE": "/etc/gpucluster/nccl.conf"}}, "nccl_env_conf_path", "not a file NCCL"),
+    ({"training_image_gpu_request": None}, "training_image_gpu_request", "None is not one of cdi, legacy"),
     ({"nccl_env_conf_path": "/etc/gpucluster/nccl.conf"}, "nccl_env_conf_path", "not a file NCCL reads"),
     ({"nccl_env_conf_path": "/etc/nccl.conf.d/10.conf", "nccl_env_extra": {"NCCL_CONF_FILE": "/etc/nccl2.conf"}},
      "nccl_env_conf_path", "not a file NCCL reads"),
@@ -317,8 +328,9 @@ def test_a_value_a_later_stage_would_refuse_or_break_on_is_refused_now(values, v
     {"nccl_env_conf_path": "/home/trainer/.nccl.conf"},
     {"container_ssh_dir": "/srv/ssh", "container_ssh_hostfile": "/srv/mpi/hostfile"},
     {"container_ssh_dir": "/srv/ssh", "training_image_ssh_dir": "/srv/ssh"},
-    {"nccl_env_conf_path": "/etc/gpucluster/nccl.conf",
-     "nccl_env_extra": {"NCCL_CONF_FILE": "/etc/gpucluster/nccl.conf"}},
+    {"nccl_env_conf_path": "/etc//nccl.conf"}, {"nccl_env_conf_path": "/root/.nccl.conf"},
+    {"training_image_command": "/usr/sbin/sshd -D -e"},
+    {"container_ssh_dir": "/srv/ssh/", "training_image_ssh_dir": "/srv/ssh"},
 ])
 def test_values_the_stages_take_pass(values):
     assert stage_settings.stage_problems(values, FACTS, gpus=8) == []
@@ -380,8 +392,54 @@ def test_cloud_settings_of_the_providers_forms_pass(values):
      ["/opt/gpucluster/bin is mounted twice "
       "(/opt/gpucluster/bin:/opt/gpucluster/bin:ro, /srv:/opt/gpucluster/bin/:ro)"]),
     (["/a:/data", "/b:/data:ro", "/c:/data"], ["/data is mounted twice (/a:/data, /b:/data:ro, /c:/data)"]),
+    (["/a:/data", "/b://data/."], ["/data is mounted twice (/a:/data, /b://data/.)"]),
     (["/sys:/sys", "/data:/data:ro", "ckpt:/ckpt", "/data:/data2"], []),
     ([], []),
 ])
 def test_duplicate_mounts_names_each_container_path_mounted_twice(volumes, expected):
     assert stage_settings.duplicate_mounts(volumes) == expected
+
+
+@pytest.mark.parametrize(("values", "refused"), [
+    ({"training_image_ssh_dir": "/etc/gpucluster/ssh"}, False),       # container_ssh_dir's default: the same
+    ({"training_image_ssh_dir": "/etc/gpucluster/ssh/"}, False),
+    ({"training_image_ssh_dir": "/srv/ssh"}, True),
+    ({"training_image_ssh_dir": "/srv/ssh", "container_ssh_dir": "/srv/ssh"}, False),
+])
+def test_the_ssh_dir_is_judged_against_container_ssh_dir_or_its_default(values, refused):
+    defaults = {"container_ssh_dir": "/etc/gpucluster/ssh"}
+    problems = stage_settings.stage_problems(values, FACTS, gpus=8, defaults=defaults)
+    assert bool(problems) == refused, problems
+    if refused:
+        assert "('/etc/gpucluster/ssh', container_ssh_dir's default)" in problems[0].message
+        assert problems[0].fix == "set container_ssh_dir: /srv/ssh instead (the container follows it), and leave " \
+                                  "training_image_ssh_dir unset"
+
+
+@pytest.mark.parametrize(("path", "fix"), [
+    ("/etc/nccl.conf/", "write it without the trailing /: /etc/nccl.conf"),
+    ("/etc/nccl.conf ", "write it without the trailing space: /etc/nccl.conf"),
+    ("/opt/nccl.conf", "leave it unset (/etc/nccl.conf"),
+])
+def test_an_nccl_conf_path_names_the_fix_that_fits(path, fix):
+    problems = stage_settings.stage_problems({"nccl_env_conf_path": path}, FACTS, gpus=8)
+    assert [p.variable for p in problems] == ["nccl_env_conf_path"]
+    assert problems[0].fix.startswith(fix), problems[0].fix
+
+
+def test_a_home_relative_path_is_refused_once_with_the_home_spelt_out():
+    problems = stage_settings.stage_problems({"nccl_env_conf_path": "~/.nccl.conf"}, FACTS, gpus=8)
+    assert [(p.variable, p.fix) for p in problems] == [("nccl_env_conf_path",
+                                                        "give an absolute path, e.g. /root/.nccl.conf")]
+
+
+def test_the_filter_reads_the_spec_defaults_for_what_the_user_left_unset():
+    from tests.conftest import ROOT
+
+    roles = ("container_ssh", "training_image")
+    messages = inventory_errors({"training_image_ssh_dir": "/etc/gpucluster/ssh", "training_image_ref": "r/i:1"},
+                                "n1", gpu_count=0, facts=FACTS, root=str(ROOT), roles=roles)
+    assert not [m for m in messages if "training_image_ssh_dir" in m], messages
+    messages = inventory_errors({"training_image_ssh_dir": "/srv/ssh", "training_image_ref": "r/i:1"},
+                                "n1", gpu_count=0, facts=FACTS, root=str(ROOT), roles=roles)
+    assert any(m.startswith("n1: training_image_ssh_dir: '/srv/ssh'") for m in messages), messages
