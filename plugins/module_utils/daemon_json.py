@@ -1138,6 +1138,23 @@ def root_move_problem(probe, wanted):
             f"(rsync -aHX {root}/ {str(wanted).rstrip('/')}/), or set the data-root back to {root}")
 
 
+#: Storage drivers Docker deprecated, then disabled (23.0) and removed: docker/cli
+#: docs/deprecated.md (legacy overlay and aufs removed in 24.0, devicemapper in 25.0). dockerd 23
+#: and later does not start on them; overlay2 is the default everywhere since 18.09.
+REMOVED_STORAGE_DRIVERS = {"overlay": "24.0", "aufs": "24.0", "devicemapper": "25.0"}
+
+
+def storage_driver_problem(config):
+    """What is wrong with the ``storage-driver`` this run would write (``config``: the merged keys of
+    gpucluster's sources; a driver only in the user's own file is theirs), or ``""``."""
+    driver = config.get("storage-driver") if isinstance(config, dict) else None
+    if driver not in REMOVED_STORAGE_DRIVERS:
+        return ""
+    return (f"'storage-driver' is {json.dumps(driver)}, deprecated since Docker 18.09, disabled in 23.0 and removed "
+            f"in {REMOVED_STORAGE_DRIVERS[driver]}: dockerd 23 and later does not start on it. Fix: use \"overlay2\" "
+            "(the default; leave storage-driver out), moving the images over with docker save/load.")
+
+
 def plan_problems(contributions):
     """What dockerd would refuse in the daemon.json that ``contributions`` ([(name, dict)], in
     merge order) make, before any file or node is touched -> list of messages with the fix.
@@ -1146,7 +1163,8 @@ def plan_problems(contributions):
     the file; preflight runs them first so that a bad key stops the run before any stage.
     """
     try:
-        return [p.message for p in check_keys(merge_contributions(contributions))]
+        merged = merge_contributions(contributions)
+        return [p.message for p in check_keys(merged)] + [m for m in [storage_driver_problem(merged)] if m]
     except ValueError as exc:  # two sources disagree: report that, and what each source has wrong
         out = [str(exc)]
         for _name, cfg in contributions:

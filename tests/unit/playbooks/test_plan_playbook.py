@@ -90,6 +90,8 @@ def test_a_bad_setting_is_refused_as_site_yml_would(tmp_path):
     ({"nccl_net_plugin_enabled": True, "nccl_net_plugin_src": "/nonexistent/libnccl-net.so",
       "nccl_net_plugin_sha256": "0" * 64},
      "nccl_net_plugin_src /nonexistent/libnccl-net.so is missing on the controller"),
+    ({"docker_daemon_options": {"storage-driver": "overlay"}},
+     "node-x: daemon.json: 'storage-driver' is \"overlay\", deprecated since Docker 18.09"),
     # the training container's settings part (roles/training_image/tasks/settings.yml)
     ({"training_image_extra_volumes": ["/data:/sys:ro"]},
      "node-x: training_image_extra_volumes: /sys is mounted twice (/sys:/sys, /data:/sys:ro)"),

@@ -443,3 +443,22 @@ def test_the_filter_reads_the_spec_defaults_for_what_the_user_left_unset():
     messages = inventory_errors({"training_image_ssh_dir": "/srv/ssh", "training_image_ref": "r/i:1"},
                                 "n1", gpu_count=0, facts=FACTS, root=str(ROOT), roles=roles)
     assert any(m.startswith("n1: training_image_ssh_dir: '/srv/ssh'") for m in messages), messages
+
+
+@pytest.mark.parametrize(("driver", "removed"), [("overlay", "24.0"), ("aufs", "24.0"), ("devicemapper", "25.0"),
+                                                 ("overlay2", None), ("btrfs", None), ("zfs", None),
+                                                 ("fuse-overlayfs", None), ("vfs", None)])
+def test_storage_drivers_docker_removed_are_refused_before_the_file_is_written(driver, removed):
+    problems = daemon_json.plan_problems([("docker role", {"log-driver": "json-file"}),
+                                          ("docker_daemon_options", {"storage-driver": driver})])
+    if removed is None:
+        assert problems == []
+    else:
+        (message,) = problems
+        assert f"'storage-driver' is \"{driver}\"" in message and f"removed in {removed}" in message
+        assert "Fix: use \"overlay2\"" in message
+
+
+def test_a_removed_storage_driver_only_in_the_users_own_file_is_theirs():
+    # check_keys (the module's check of the written file) leaves it: only what gpucluster would write is refused.
+    assert daemon_json.check_keys({"storage-driver": "devicemapper"}) == []
