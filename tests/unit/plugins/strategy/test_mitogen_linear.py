@@ -15,14 +15,20 @@ PY = str(ROOT / ".venv/bin/python")
 
 # A probe: optionally preload, then forbid any new load of a file of this collection and resolve
 # one filter, one test-free filter file and the action plugin through the loaders.
-PROBE = textwrap.dedent("""
+# Both probes start alike: the plugin loader set up as ansible-playbook does, then the strategy
+# file loaded under test.
+LOAD_STRATEGY = textwrap.dedent("""
     import importlib.util, json, pathlib, sys
     root = pathlib.Path(sys.argv[1])
-    from ansible.plugins.loader import action_loader, filter_loader, init_plugin_loader
+    from ansible.plugins.loader import init_plugin_loader
     init_plugin_loader([str(root / "collections")])
     spec = importlib.util.spec_from_file_location("strategy_under_test", root / "plugins/strategy/mitogen_linear.py")
     strategy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(strategy)
+""")
+
+PROBE = LOAD_STRATEGY + textwrap.dedent("""
+    from ansible.plugins.loader import action_loader, filter_loader
     names = strategy.preload_plugins() if sys.argv[2] == "preload" else []
     loaded_again = []
     real = importlib.util.spec_from_file_location
@@ -84,14 +90,7 @@ def test_a_plugin_file_that_fails_to_import_is_left_to_the_worker(tmp_path):
     assert out.stdout.strip() == "[]"
 
 
-COLLECTIONS_PROBE = textwrap.dedent("""
-    import importlib.util, json, pathlib, sys
-    root = pathlib.Path(sys.argv[1])
-    from ansible.plugins.loader import init_plugin_loader
-    init_plugin_loader([str(root / "collections")])
-    spec = importlib.util.spec_from_file_location("strategy_under_test", root / "plugins/strategy/mitogen_linear.py")
-    strategy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(strategy)
+COLLECTIONS_PROBE = LOAD_STRATEGY + textwrap.dedent("""
     import ansible.collections.list as cl
     import ansible_mitogen.planner as planner
 
