@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -342,6 +343,30 @@ def runtime_pip_uninstall(plan: Mapping[str, Any], cfg: Mapping[str, Any]) -> li
     return pip + ["uninstall", "-y", *extra, *plan["uninstall"]]
 
 
+def runtime_wheel_dir_problem(volumes: Sequence[str] | None, wheel_dir: str, host: str, container: str) -> str:
+    """Why pip in the training container could not read wheels copied to ``wheel_dir`` on the node
+    ('' when it can): the container must mount a host directory holding ``wheel_dir`` at the same
+    path. ``volumes`` are the container's bind mounts as Docker writes them (``host:container[:opts]``,
+    the training stage's contract)."""
+    if volumes is None:
+        return (f"{host}: the node contract's training stage lists no mounts of {container} (it was published by an "
+                f"older gpucluster), so where pip in it can read wheels is unknown. Fix: rerun site.yml on the node, "
+                f"then the switch.")
+    want = posixpath.normpath("/" + str(wheel_dir or "").strip("/")) if str(wheel_dir or "").startswith("/") else ""
+    for volume in volumes or []:
+        parts = str(volume).split(":")
+        if len(parts) < 2 or not parts[0].startswith("/"):
+            continue
+        src, dest = posixpath.normpath(parts[0]), posixpath.normpath(parts[1])
+        if want and src == dest and (want == src or want.startswith(src.rstrip("/") + "/")):
+            return ""
+    mounts = ", ".join(str(v) for v in volumes or []) or "none"
+    return (f"{host}: runtime_wheel_dir is {wheel_dir!r}, which the training container {container} does not see at "
+            f"the same path (its bind mounts: {mounts}), so pip in it could not read the wheels copied there. Fix: "
+            f"leave runtime_wheel_dir at /opt/gpucluster/bin/wheels, or set it to an absolute directory under one "
+            f"of those mounts whose node and container paths are the same.")
+
+
 def runtime_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per node: ``node-1  horovod  horovod 0.28.1  plugin: moved aside``."""
     out = []
@@ -368,4 +393,5 @@ class FilterModule:
             "gpucluster_runtime_plan": runtime_plan,
             "gpucluster_runtime_pip_uninstall": runtime_pip_uninstall,
             "gpucluster_runtime_table": runtime_table,
+            "gpucluster_runtime_wheel_dir_problem": runtime_wheel_dir_problem,
         }

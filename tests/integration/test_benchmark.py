@@ -17,10 +17,8 @@ them are the real ones.
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import importlib.util
 import json
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,29 +33,14 @@ PLUGIN = "/opt/gpucluster/tools/nccl-net/libnccl-net.so"
 PLUGIN_ASIDE = "/opt/gpucluster/tools/nccl-net/disabled/libnccl-net.so"
 WHEEL_DIR = "/opt/gpucluster/bin/wheels"
 PIP_WHEELS = sorted(Path("/usr/share/python-wheels").glob("pip-*-py3-none-any.whl"))
-STAND_IN = "gpucluster test stand-in: the package's name and version only, no Horovod inside"
+# The stand-in wheels, made by the runtime role's molecule scenario's script (one maker for both).
+STAND_IN_MAKER = ROOT / "roles/runtime/molecule/default/stand_in_wheel.py"
+_spec = importlib.util.spec_from_file_location("stand_in_wheel", STAND_IN_MAKER)
+_stand_in = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_stand_in)
+stand_in_wheel = _stand_in.stand_in_wheel
+STAND_IN = _stand_in.STAND_IN
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def stand_in_wheel(dest: Path, dist: str, version: str) -> Path:
-    """A minimal, valid wheel (PEP 427) of ``dist`` whose ``horovod`` module says it is a stand-in."""
-    stem = dist.replace("-", "_")
-    info = f"{stem}-{version}.dist-info"
-    files = {
-        "horovod/__init__.py": f'"""{STAND_IN}"""\n__version__ = "{version}"\nSTAND_IN = True\n',
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\nSummary: {STAND_IN}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpucluster-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
-    out = dest / f"{stem}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for path, text in files.items():
-            z.writestr(path, text)
-    return out
 
 
 def container(node: str, *cmd: str, check: bool = True) -> str:
@@ -65,7 +48,7 @@ def container(node: str, *cmd: str, check: bool = True) -> str:
 
 
 def packages(node: str) -> dict[str, str | None]:
-    probe = (ROOT / "playbooks/files/runtime_probe.py").read_text()
+    probe = (ROOT / "roles/runtime/files/runtime_probe.py").read_text()
     return json.loads(container(node, "python3", "-c", probe))["packages"]
 
 

@@ -3,6 +3,7 @@ of the runtime switch and its messages, the refusal to mix runtimes."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -255,7 +256,7 @@ def test_table_line_per_node():
 
 
 def test_probe_script_prints_what_this_python_has():
-    out = subprocess.run([sys.executable, str(ROOT / "playbooks/files/runtime_probe.py")], capture_output=True,
+    out = subprocess.run([sys.executable, str(ROOT / "roles/runtime/files/runtime_probe.py")], capture_output=True,
                          text=True, check=True).stdout
     data = yaml.safe_load(out)
     assert set(data) == {"python", "pip", "packages", "nvcc", "nccl"}
@@ -268,3 +269,47 @@ def test_filter_names():
     names = rt.FilterModule().filters()
     assert all(n.startswith("gpucluster_runtime_") for n in names)
     assert {"gpucluster_runtime_env", "gpucluster_runtime_plan", "gpucluster_runtime_mixed"} <= set(names)
+
+
+# --- where pip in the container can read wheels copied to the node ---------------------------------
+
+TRAINING_VOLUMES = ["/sys:/sys", "/opt/gpucluster/tools:/opt/gpucluster/tools:ro",
+                    "/etc/gpucluster/ssh/client:/root/.ssh:ro", "/opt/gpucluster/bin:/opt/gpucluster/bin:ro"]
+
+
+@pytest.mark.parametrize("wheel_dir", ["/opt/gpucluster/bin/wheels", "/opt/gpucluster/bin/wheels/",
+                                       "/opt/gpucluster/bin//wheels", "/opt/gpucluster/bin",
+                                       "/opt/gpucluster/tools/wheels", "/sys/wheels"])
+def test_a_wheel_dir_under_a_same_path_mount_is_accepted(wheel_dir):
+    assert rt.runtime_wheel_dir_problem(TRAINING_VOLUMES, wheel_dir, "node-1", "gpucluster-train") == ""
+
+
+@pytest.mark.parametrize("wheel_dir", [
+    "/srv/wheels",                      # not mounted at all
+    "/opt/gpucluster/binaries",         # a sibling whose name starts like a mount
+    "/etc/gpucluster/ssh/client/w",     # mounted, but at another path (/root/.ssh)
+    "/opt/gpucluster",                  # the parent of a mount
+    "wheels",                           # relative
+    "",
+])
+def test_a_wheel_dir_the_container_does_not_see_at_the_same_path_is_refused(wheel_dir):
+    msg = rt.runtime_wheel_dir_problem(TRAINING_VOLUMES, wheel_dir, "node-1", "gpucluster-train")
+    assert msg.startswith(f"node-1: runtime_wheel_dir is {wheel_dir!r}, which the training container gpucluster-train")
+    assert "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in msg and "Fix: leave runtime_wheel_dir at" in msg
+
+
+def test_a_contract_without_mounts_asks_for_a_converge():
+    msg = rt.runtime_wheel_dir_problem(None, "/opt/gpucluster/bin/wheels", "node-1", "gpucluster-train")
+    assert "node-1" in msg and "lists no mounts of gpucluster-train" in msg and "rerun site.yml" in msg
+    # An empty list is a contract that says: no mounts.
+    assert "bind mounts: none" in rt.runtime_wheel_dir_problem([], "/opt/gpucluster/bin/wheels", "n", "c")
+
+
+def test_the_roles_default_wheel_dir_is_one_the_training_container_mounts():
+    """The runtime role's default and the training_image role's fixed mount agree (checked here, not assumed)."""
+    default = yaml.safe_load((ROOT / "roles/runtime/defaults/main.yml").read_text())["runtime_wheel_dir"]
+    volumes = yaml.safe_load((ROOT / "roles/training_image/vars/main.yml").read_text())["__training_image_volumes"]
+    # The literal mounts of the expression ('/node/path:/container/path[:ro]'), not the templated ones.
+    mounts = re.findall(r"'(/[^':]*:/[^':]*(?::ro)?)'", volumes)
+    assert "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in mounts, volumes
+    assert rt.runtime_wheel_dir_problem(mounts, default, "n", "c") == "", mounts

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the training container has for the runtime switch (playbooks/runtime.yml).
+"""What the training container has for the runtime switch (the runtime role, playbooks/runtime.yml).
 
 Prints one JSON object:
 
