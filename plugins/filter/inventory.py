@@ -2,30 +2,38 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ansible_collections.gpucluster.cluster.plugins.module_utils import inventory, membership, stage_settings
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import plain_args
 
+#: The collection these filters belong to (a checkout or an installed collection): its roles' specs.
+COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 
-def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None, root=None, roles=()):
+
+def inventory_errors(hv, host, gpu_count=0, rdma_devices=0, facts=None, root=None):
     """Messages for every bad value among one host's variables (``hv``: the values the user set);
     ``facts``: the host's ``ansible_facts`` (its NICs), for the stages' settings
-    (``module_utils/stage_settings.py``); ``root`` and ``roles``: where the stages' argument specs
-    are, whose defaults stand for what the user left unset."""
+    (``module_utils/stage_settings.py``); ``root``: the collection whose roles' argument specs hold
+    the defaults (default: this one). Every role's defaults stand for what the user left unset, so
+    no check keeps a copy of a default."""
+    root = Path(root or COLLECTION_ROOT)
+    roles = tuple(sorted(p.parents[1].name for p in root.glob("roles/*/meta/argument_specs.yml")))
+    defaults = {name: option["default"] for options in inventory.load_role_specs(str(root), roles).values()
+                for name, option in options.items() if "default" in option}
+    v = {**defaults, **hv}
     problems = []
     problems += inventory.check_training_image(
-        hv.get("training_image_ref", ""),
-        hv.get("training_image_shm_size", "32g"),
-        hv.get("training_image_ulimit_memlock", -1),
-        hv.get("training_image_privileged", True),
+        v.get("training_image_ref", ""),
+        v["training_image_shm_size"],
+        v["training_image_ulimit_memlock"],
+        v["training_image_privileged"],
         rdma_devices,
     )
-    problems += inventory.check_ssh_port(
-        hv.get("container_ssh_port", 2222), hv.get("training_image_network_mode", "host"), hv.get("ansible_port", 22)
-    )
-    problems += inventory.check_gpus(gpu_count, hv.get("preflight_require_gpu", True))
-    defaults = {name: option["default"] for options in (inventory.load_role_specs(str(root), tuple(roles)).values()
-                                                         if root else ())
-                for name, option in options.items() if "default" in option}
+    # ansible_port's default is Ansible's own (the ssh connection plugin's port, 22).
+    problems += inventory.check_ssh_port(v["container_ssh_port"], v["training_image_network_mode"],
+                                         hv.get("ansible_port", 22))
+    problems += inventory.check_gpus(gpu_count, v["preflight_require_gpu"])
     problems += stage_settings.stage_problems(hv, facts, gpu_count, defaults)
     return inventory.format_problems(host, problems)
 

@@ -287,6 +287,30 @@ def duplicate_mounts(volumes):
     return [f"{dest} is mounted twice ({', '.join(specs)})" for dest, specs in seen.items() if len(specs) > 1]
 
 
+def check_network_mode(values):
+    """``training_image_network_mode``: the training containers reach each other at the nodes'
+    addresses - container_ssh's sshd listens there on its own port (no port is published), mpirun
+    connects to it, and NCCL and Open MPI use the data NICs the nccl_env stage chose, which must
+    be in the container. Only the node's network namespace gives that: ``host``, or
+    ``container:<name>`` sharing the namespace of a container that has it. Docker's ``bridge``,
+    ``none``, ``default`` or a user network - and a misspelt ``host``, which Docker takes for a
+    network name - would leave every container unreachable after the training stage recreated it."""
+    if "training_image_network_mode" not in values:
+        return []
+    mode = values["training_image_network_mode"]
+    text = mode if isinstance(mode, str) else ""
+    if text == "host":
+        return []
+    if text.startswith("container:") and _CONTAINER_NAME.match(text.split(":", 1)[1]):
+        return []
+    why = {"bridge": "Docker's bridge network", "default": "Docker's bridge network", "none": "no network at all"}
+    said = why.get(text, f"the Docker network named {text!r}" if text else "no mode")
+    return [Problem("training_image_network_mode", f"{mode!r} gives the training container {said}, not the node's: "
+                    "its sshd (container_ssh_port) would not answer at the node's addresses and NCCL would not see "
+                    "the data NICs", "leave it unset (host, the vendor's --net=host), or container:<name> to share "
+                    "the network namespace of a container that runs with host networking")]
+
+
 def check_container_command(values):
     """A ``training_image_command`` that leaves the container no command of its own runs the
     image's (Docker's ``Cmd`` when the create request has none): not the sshd on the cluster port
@@ -513,5 +537,6 @@ def stage_problems(values, facts=None, gpus=0, defaults=None):
                                     mtu=values.get("multi_nic_mtu", 0))
     out += check_urls(values) + check_paths(values) + check_training_container(values) + check_numbers(values)
     out += check_container_command(values) + check_nccl_conf_path(values) + check_ssh_dir(values, defaults)
+    out += check_network_mode(values)
     out += check_cloud_eni(values)
     return out

@@ -436,12 +436,11 @@ def test_a_home_relative_path_is_refused_once_with_the_home_spelt_out():
 def test_the_filter_reads_the_spec_defaults_for_what_the_user_left_unset():
     from tests.conftest import ROOT
 
-    roles = ("container_ssh", "training_image")
     messages = inventory_errors({"training_image_ssh_dir": "/etc/gpucluster/ssh", "training_image_ref": "r/i:1"},
-                                "n1", gpu_count=0, facts=FACTS, root=str(ROOT), roles=roles)
+                                "n1", gpu_count=0, facts=FACTS, root=str(ROOT))
     assert not [m for m in messages if "training_image_ssh_dir" in m], messages
     messages = inventory_errors({"training_image_ssh_dir": "/srv/ssh", "training_image_ref": "r/i:1"},
-                                "n1", gpu_count=0, facts=FACTS, root=str(ROOT), roles=roles)
+                                "n1", gpu_count=0, facts=FACTS, root=str(ROOT))
     assert any(m.startswith("n1: training_image_ssh_dir: '/srv/ssh'") for m in messages), messages
 
 
@@ -462,3 +461,36 @@ def test_storage_drivers_docker_removed_are_refused_before_the_file_is_written(d
 def test_a_removed_storage_driver_only_in_the_users_own_file_is_theirs():
     # check_keys (the module's check of the written file) leaves it: only what gpucluster would write is refused.
     assert daemon_json.check_keys({"storage-driver": "devicemapper"}) == []
+
+
+# --- the training container's network mode ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["host", "container:gpucluster-net", "container:3f4e8b2a9c1d"])
+def test_a_network_mode_with_the_nodes_namespace_is_accepted(mode):
+    assert stage_settings.check_network_mode({"training_image_network_mode": mode}) == []
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("hots", "the Docker network named 'hots'"),      # a misspelt host: Docker takes it for a network name
+    ("Host", "the Docker network named 'Host'"),
+    ("bridge", "Docker's bridge network"),
+    ("default", "Docker's bridge network"),
+    ("none", "no network at all"),
+    ("", "no mode"),
+    (None, "no mode"),
+    ("container:", "the Docker network named 'container:'"),
+])
+def test_a_network_mode_without_the_nodes_addresses_is_refused_naming_why_and_the_fix(mode, said):
+    problems = stage_settings.check_network_mode({"training_image_network_mode": mode})
+    assert [p.variable for p in problems] == ["training_image_network_mode"]
+    assert said in problems[0].message and "sshd (container_ssh_port) would not answer" in problems[0].message
+    assert problems[0].fix.startswith("leave it unset (host")
+
+
+def test_an_unset_network_mode_is_not_judged_and_the_filter_refuses_a_typo():
+    assert stage_settings.check_network_mode({}) == []
+    messages = inventory_errors({"training_image_ref": "r/i:1", "training_image_network_mode": "hots"}, "n1",
+                                gpu_count=0, facts=FACTS)
+    want = "n1: training_image_network_mode: 'hots' gives the training container"
+    assert any(m.startswith(want) for m in messages), messages
