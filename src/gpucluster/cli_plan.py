@@ -3,8 +3,8 @@
 Runs the same gathering and checks as site.yml's preflight, so a bad setting is refused here as
 it would be there (Ansible's output names host, variable and fix), then prints one table per
 node - GPUs, ranks per node, NICs, HCAs, the hugepage pool, the runtime and its environment,
-and the node contract (what each stage published, ``ansible_local.gpucluster``) - or ``--json``
-on stdout.
+the training container (image, flags, mounts, environment) and the node contract (what each
+stage published, ``ansible_local.gpucluster``) - or ``--json`` on stdout.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from rich.markup import escape
 from rich.table import Table
 
 #: The plan's keys first, in module_utils/plan.py's order, then what the stages settled.
-ROWS = ("gpus", "gpus_ready", "driver", "slots", "nics", "hcas", "hugepages", "runtime", "runtime_env", "membership")
+ROWS = ("gpus", "gpus_ready", "driver", "slots", "nics", "hcas", "hugepages", "runtime", "runtime_env", "membership",
+        "container")
 
 
 def _contract_cell(contract) -> str:
@@ -104,6 +105,11 @@ def render(plans: dict, console: Console) -> None:
                 value = plan[key]
                 if key == "hugepages" and isinstance(value, dict):
                     value = {k: v for k, v in value.items() if not isinstance(v, (dict, list))}
+                if key == "container" and isinstance(value, dict):
+                    # Flags one a line; the environment's variables each on a line of their own.
+                    env = value.get("env") or {}
+                    value = {**{k: v for k, v in value.items() if k != "env"},
+                             **{f"env {k}": v for k, v in env.items()}}
                 table.add_row(key, escape(_cell(value)))
         if "contract" in plan:
             table.add_row("contract", escape(_contract_cell(plan["contract"])))

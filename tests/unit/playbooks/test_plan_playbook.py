@@ -50,6 +50,13 @@ def test_the_plan_of_a_gpu_less_node_comes_back_as_json_and_changes_nothing(tmp_
     # the stages' own read-only checks: the runtime this node would run and its pool
     assert p["runtime"] == "horovod"
     assert p["hugepages"]["count"] == 2
+    # the training container the training stage would run: the inventory's image, the vendor's
+    # flags, the role's mounts, the runtime profile as the last layer of its environment
+    c = p["container"]
+    assert c["image"] == "registry.example.com:5000/team/train:1.0" and c["container"] == "gpucluster-train"
+    assert c["network_mode"] == "host" and c["privileged"] is True and c["shm_size"] == "32g"
+    assert "memlock:-1:-1" in c["ulimits"] and "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in c["volumes"]
+    assert c["env"] == {k: v for k, v in c["env"].items() if k.startswith("HOROVOD_")} and c["env"], c["env"]
     # no stage ran on this machine: an empty node contract (ansible_local.gpucluster)
     assert p["contract"] == {}
     assert not (tmp_path / "run.lock").exists(), "plan took the run lock"
@@ -58,7 +65,8 @@ def test_the_plan_of_a_gpu_less_node_comes_back_as_json_and_changes_nothing(tmp_
 def test_the_table_names_every_key(tmp_path):
     r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1))
     assert r.returncode == 0, r.stdout + r.stderr
-    for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1", "contract"):
+    for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1", "container",
+                "image=registry.example.com:5000/team/train:1.0", "shm_size=32g", "env LIGHT_INTRA_SIZE=1", "contract"):
         assert key in r.stdout, (key, r.stdout)
 
 
