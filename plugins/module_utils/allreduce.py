@@ -34,7 +34,7 @@ class Row:
 
 
 def rows(bench: dict) -> list[Row]:
-    """Table rows from the JSON that ``playbooks/files/allreduce_bench.py`` prints."""
+    """Table rows from the JSON that ``roles/validate/files/allreduce_bench.py`` prints."""
     n = int(bench["ranks"])
     out = []
     for r in bench["results"]:

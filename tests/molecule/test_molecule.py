@@ -37,9 +37,14 @@ def molecule_env():
     sb = Sandbox(cfg, client=client, log=lambda m: None)
     with host_lock("molecule-infra"):  # two xdist workers: one starts it, the other reuses it
         infra = sb.ensure_infra()
+        # The sandbox's training image (Open MPI, sshd, mpi4py): the validate scenario loads it
+        # into its node's Docker engine (no registry on this machine).
+        train = images.build_from_node(client, images.train_image_tag(), images.TRAIN_DOCKERFILE, lambda m: None,
+                                       f"http://{infra.name}:{APT_CACHE_PORT}", sb.cfg.network)
     return venv_env(
         NO_COLOR="1",
         GPUCLUSTER_NODE_IMAGE=tag,
+        GPUCLUSTER_TRAIN_IMAGE=train,
         GPUCLUSTER_NETWORK=sb.cfg.network,
         GPUCLUSTER_APT_PROXY=f"http://{infra.name}:{APT_CACHE_PORT}",
     )
