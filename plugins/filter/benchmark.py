@@ -137,7 +137,7 @@ def benchmark_notes(step: Mapping[str, Any], profile_env: Mapping[str, Any]) -> 
     return _profile_for(step, profile_env or {})[1]
 
 
-def _cpu_result(text: str, step: Mapping[str, Any]) -> dict:
+def _cpu_result(text: str, step: Mapping[str, Any], aliases: Mapping[str, Any] | None = None) -> dict:
     lines = [ln for ln in str(text).splitlines() if ln.strip().startswith("{")]
     if not lines:
         raise AnsibleFilterError(
@@ -153,7 +153,10 @@ def _cpu_result(text: str, step: Mapping[str, Any]) -> dict:
         raise AnsibleFilterError(
             f"{step.get('name')}: the benchmark ran on {data.get('ranks')} ranks, the step asked for {step['gpus']}"
         )
-    missing = sorted(set(step["hosts"]) - set(data.get("hosts") or []))
+    # A rank names its node by its host name (socket.gethostname()), which need not be the
+    # inventory name (an address, an FQDN, a molecule instance): each node's names count.
+    ran = {str(h) for h in data.get("hosts") or []}
+    missing = sorted(h for h in step["hosts"] if not ({str(h)} | {str(a) for a in (aliases or {}).get(h) or []}) & ran)
     if missing:
         raise AnsibleFilterError(f"{step.get('name')}: no rank ran on {', '.join(missing)} (hosts {data.get('hosts')})")
     if not data.get("params_in_sync"):
@@ -179,25 +182,28 @@ def _gpu_result(text: str, step: Mapping[str, Any]) -> dict:
             "batch_size": result.batch_size, "per_gpu": result.per_gpu, "tool": result.tool}
 
 
-def benchmark_result(text: str, step: Mapping[str, Any], runtime: str, mode: str = "gpu") -> dict:
+def benchmark_result(text: str, step: Mapping[str, Any], runtime: str, mode: str = "gpu",
+                     aliases: Mapping[str, Any] | None = None) -> dict:
     """One report entry from a run's output: ``{gpus, nodes, runtime, throughput, unit, ...}``.
 
     ``mode`` ``gpu``: Horovod's synthetic benchmark or tf_cnn_benchmarks (img/sec, through
     :func:`gpucluster.bench.parse_throughput`); ``cpu``: the JSON line of
-    ``playbooks/files/cpu_dp_bench.py`` (samples/sec), checked for the right ranks and hosts
-    and for parameters still in sync.
+    ``roles/benchmark/files/cpu_dp_bench.py`` (samples/sec), checked for the right ranks and hosts
+    and for parameters still in sync. ``aliases``: ``{inventory name: [its host names]}``
+    (Ansible's ``hostname``, ``nodename``, ``fqdn``), the names a rank may report for its node.
     """
     if mode not in ("gpu", "cpu"):
         raise AnsibleFilterError(f"benchmark mode {mode!r} must be gpu or cpu")
-    detail = _cpu_result(text, step) if mode == "cpu" else _gpu_result(text, step)
+    detail = _cpu_result(text, step, aliases) if mode == "cpu" else _gpu_result(text, step)
     return {"gpus": int(step["gpus"]), "nodes": int(step["nodes"]), "runtime": str(runtime),
             "step": step.get("name"), "hosts": list(step["hosts"]), **detail}
 
 
-def benchmark_results(runs: Sequence[Mapping[str, Any]], runtime: str, mode: str = "gpu") -> list[dict]:
+def benchmark_results(runs: Sequence[Mapping[str, Any]], runtime: str, mode: str = "gpu",
+                      aliases: Mapping[str, Any] | None = None) -> list[dict]:
     """Report entries from a looped run's ``results`` (each has ``item`` = the step and
     ``stdout``): :func:`benchmark_result` of each."""
-    return [benchmark_result(r.get("stdout", ""), r["item"], runtime, mode) for r in runs]
+    return [benchmark_result(r.get("stdout", ""), r["item"], runtime, mode, aliases) for r in runs]
 
 
 def benchmark_log(run: Mapping[str, Any], runtime: str, timeout_s: Any = None) -> dict:

@@ -1,4 +1,4 @@
-"""playbooks/files/cpu_dp_bench.py: the backward pass is the gradient of the loss (checked
+"""roles/benchmark/files/cpu_dp_bench.py: the backward pass is the gradient of the loss (checked
 against finite differences), the allreduce averages it, and a run prints the result the
 benchmark playbook parses. mpi4py is replaced by a communicator of ``size`` identical ranks
 (every rank holds the same batch, so the allreduced sum is ``size`` x the local gradient)."""
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from ansible_collections.gpucluster.cluster.plugins.filter import benchmark as gb
 
-SCRIPT = Path(__file__).resolve().parents[3] / "playbooks" / "files" / "cpu_dp_bench.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "benchmark" / "files" / "cpu_dp_bench.py"
 
 
 class FakeComm:

@@ -152,6 +152,19 @@ def test_cpu_result_refusals(text, expect):
         gb.benchmark_result(text, STEP2, "lightcc", "cpu")
 
 
+def test_a_rank_that_names_its_node_by_another_name_counts_for_that_node():
+    """The ranks report socket.gethostname(); the step names inventory hosts (an address here)."""
+    step = {**STEP2, "hosts": ["10.0.0.1", "10.0.0.2"]}
+    text = cpu_output(hosts=["gpu-a", "gpu-b"])
+    with pytest.raises(AnsibleFilterError, match="no rank ran on 10.0.0.1, 10.0.0.2"):
+        gb.benchmark_result(text, step, "lightcc", "cpu")
+    aliases = {"10.0.0.1": ["gpu-a", "gpu-a.example.com"], "10.0.0.2": ["gpu-b"]}
+    assert gb.benchmark_result(text, step, "lightcc", "cpu", aliases)["ranks_hosts"] == ["gpu-a", "gpu-b"]
+    # An alias of one node does not stand for another.
+    with pytest.raises(AnsibleFilterError, match="no rank ran on 10.0.0.2"):
+        gb.benchmark_result(cpu_output(hosts=["gpu-a", "gpu-a"]), step, "lightcc", "cpu", aliases)
+
+
 def test_results_of_a_loop_and_the_report_input():
     runs = [{"item": STEP2, "stdout": cpu_output(), "rc": 0}]
     results = gb.benchmark_results(runs, "lightcc", "cpu")
