@@ -1,4 +1,4 @@
-"""images/Dockerfile.cuda against playbooks/validate.yml: the image builds nccl-tests at a pinned
+"""images/Dockerfile.cuda against the validate role: the image builds nccl-tests at a pinned
 tag, with MPI, where validate's NCCL proof runs it (validate_nccl_tests_bin). The CUDA image is
 not built here (no nvcr.io), so this static check is what ties the two owners together."""
 
@@ -18,9 +18,8 @@ def _args(text):
 
 
 def _validate_vars():
-    (play,) = [p for p in yaml.safe_load((ROOT / "playbooks" / "validate.yml").read_text())
-               if "validate_nccl_tests_bin" in (p.get("vars") or {})]
-    return play["vars"]
+    """The validate role's settings (its defaults)."""
+    return yaml.safe_load((ROOT / "roles" / "validate" / "defaults" / "main.yml").read_text())
 
 
 def test_nccl_tests_pinned_to_a_release_tag():
