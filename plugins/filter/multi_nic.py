@@ -53,6 +53,24 @@ def cidr(ipv4_fact):
     return str(ipaddress.ip_network(f"{ipv4_fact['address']}/{ipv4_fact['netmask']}", strict=False))
 
 
+def data_network(host_vars):
+    """The network (IPv4 CIDR) of a node's first data NIC: the first of the ``data_interfaces`` the
+    nccl_env stage published in the node contract (``ansible_local.gpucluster.nccl``), with its
+    address from the node's facts. ``''`` where the contract or the address is missing (facts not
+    gathered yet, a data NIC without IPv4): the caller refuses that, naming its setting.
+    ``host_vars``: the node's ``hostvars`` entry. The MPI network of validate and the benchmark."""
+    host_vars = host_vars or {}
+    contract = (host_vars.get("ansible_local") or {}).get("gpucluster") or {}
+    nics = (contract.get("nccl") or {}).get("data_interfaces") or []
+    if not nics:
+        return ""
+    facts = host_vars.get("ansible_facts") or {}
+    ipv4 = (facts.get(str(nics[0]).replace("-", "_").replace(".", "_").replace(":", "_")) or {}).get("ipv4") or {}
+    if not ipv4.get("address") or not ipv4.get("netmask"):
+        return ""
+    return cidr(ipv4)
+
+
 class FilterModule:
     """Multi-NIC filters."""
 
@@ -73,4 +91,5 @@ class FilterModule:
         }
         out = {name: value_errors(func, named=True) for name, func in table.items()}
         out["gpucluster_cidr"] = cidr
+        out["gpucluster_data_network"] = data_network
         return out

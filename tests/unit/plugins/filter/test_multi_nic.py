@@ -52,3 +52,31 @@ def test_multi_nic_plan_adds_tables_rules_and_probes():
     assert plan[0]["route"] == "10.0.64.0/20 dev eth1 src 10.0.64.13 table 201"
     assert plan[0]["probes"] == {"peer": "10.0.79.254", "remote": "192.0.2.1"}
     assert plan[0]["probe_list"] == ["10.0.79.254", "192.0.2.1"]
+
+
+# --- the data network (validate's and the benchmark's MPI network) ----------------------------------
+
+def _node(nics, facts):
+    return {"ansible_local": {"gpucluster": {"nccl": {"data_interfaces": nics}}}, "ansible_facts": facts}
+
+
+def test_the_data_network_is_the_first_data_nics_not_the_default_routes():
+    facts = {"default_ipv4": {"address": "192.168.1.5", "netmask": "255.255.255.0", "interface": "eno1"},
+             "ens1f0": {"ipv4": {"address": "10.20.0.7", "netmask": "255.255.0.0"}},
+             "bond0_100": {"ipv4": {"address": "10.30.0.7", "netmask": "255.255.255.0"}}}
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network
+    assert data_network(_node(["ens1f0", "bond0.100"], facts)) == "10.20.0.0/16"
+    # A name with '.' or '-' is looked up as Ansible keys its fact (bond0.100 -> bond0_100).
+    assert data_network(_node(["bond0.100"], facts)) == "10.30.0.0/24"
+
+
+@pytest.mark.parametrize("node", [
+    {},                                                        # nothing gathered
+    {"ansible_local": {}, "ansible_facts": {}},                # no contract
+    _node([], {}),                                             # no data NIC
+    _node(["ib0"], {"ib0": {"ipv4": {}}}),                     # a data NIC without IPv4
+    _node(["eth9"], {"eth0": {"ipv4": {"address": "10.0.0.1", "netmask": "255.0.0.0"}}}),  # facts lack it
+])
+def test_no_data_network_is_an_empty_answer_the_caller_refuses(node):
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network
+    assert data_network(node) == ""
