@@ -16,6 +16,7 @@ Examples::
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import multi_nic, netstage
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
@@ -65,7 +66,14 @@ def data_network(host_vars):
     if not nics:
         return ""
     facts = host_vars.get("ansible_facts") or {}
-    ipv4 = (facts.get(str(nics[0]).replace("-", "_").replace(".", "_").replace(":", "_")) or {}).get("ipv4") or {}
+    # Ansible keys an interface's fact by its name with '-' and ':' made '_' (a VLAN's '.' stays:
+    # eth0.100); the name as is and the all-'_' spelling are tried too.
+    name = str(nics[0])
+    keys = (name, name.replace("-", "_").replace(":", "_"), re.sub(r"[-.:]", "_", name))
+    fact = next((facts[k] for k in keys if isinstance(facts.get(k), dict)), {})
+    ipv4 = fact.get("ipv4") or {}
+    if not isinstance(ipv4, dict):
+        return ""
     if not ipv4.get("address") or not ipv4.get("netmask"):
         return ""
     return cidr(ipv4)

@@ -173,7 +173,7 @@ _URL_DEFAULT_SCHEMES = ("http", "https")
 _PATH_SUFFIXES = ("_path", "_dir", "_file", "_dropin", "_hostfile", "_conf_path", "_cdi_spec")
 _NOT_PATHS = frozenset(("docker_log_max_file",))  # a count of log files
 #: Docker's container-name rule (daemon/names: ``^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$``).
-_CONTAINER_NAME = re.compile(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+_CONTAINER_NAME = re.compile(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+\Z")
 #: Bind-mount modes Docker's volume parser takes (volume/mounts/linux_parser.go).
 _VOLUME_MODES = frozenset(("ro", "rw", "z", "Z", "shared", "rshared", "slave", "rslave", "private", "rprivate",
                            "nocopy", "consistent", "cached", "delegated"))
@@ -304,6 +304,10 @@ def check_network_mode(values):
     if text.startswith("container:") and _CONTAINER_NAME.match(text.split(":", 1)[1]):
         return []
     why = {"bridge": "Docker's bridge network", "default": "Docker's bridge network", "none": "no network at all"}
+    if text.startswith("container:"):
+        return [Problem("training_image_network_mode", f"{mode!r} names no valid container to share the network of",
+                        "give container:<name> with a Docker container name (letters, digits and _.-), or leave it "
+                        "unset (host, the vendor's --net=host)")]
     said = why.get(text, f"the Docker network named {text!r}" if text else "no mode")
     return [Problem("training_image_network_mode", f"{mode!r} gives the training container {said}, not the node's: "
                     "its sshd (container_ssh_port) would not answer at the node's addresses and NCCL would not see "

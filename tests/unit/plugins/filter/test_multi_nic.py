@@ -66,8 +66,15 @@ def test_the_data_network_is_the_first_data_nics_not_the_default_routes():
              "bond0_100": {"ipv4": {"address": "10.30.0.7", "netmask": "255.255.255.0"}}}
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network
     assert data_network(_node(["ens1f0", "bond0.100"], facts)) == "10.20.0.0/16"
-    # A name with '.' or '-' is looked up as Ansible keys its fact (bond0.100 -> bond0_100).
+    # A name with '.' or '-' is looked up as Ansible keys its fact: '-' and ':' become '_', a VLAN's
+    # '.' stays (eth0.100); the all-'_' spelling is accepted too (bond0.100 -> bond0_100).
     assert data_network(_node(["bond0.100"], facts)) == "10.30.0.0/24"
+    vlan = {"eth0.100": {"ipv4": {"address": "10.3.0.4", "netmask": "255.255.255.0"}},
+            "br_data": {"ipv4": {"address": "10.4.0.4", "netmask": "255.255.0.0"}},
+            "eth0_1": {"ipv4": {"address": "10.6.0.4", "netmask": "255.255.255.0"}}}
+    assert data_network(_node(["eth0.100"], vlan)) == "10.3.0.0/24"
+    assert data_network(_node(["br-data"], vlan)) == "10.4.0.0/16"
+    assert data_network(_node(["eth0:1"], vlan)) == "10.6.0.0/24"
 
 
 @pytest.mark.parametrize("node", [
@@ -76,6 +83,7 @@ def test_the_data_network_is_the_first_data_nics_not_the_default_routes():
     _node([], {}),                                             # no data NIC
     _node(["ib0"], {"ib0": {"ipv4": {}}}),                     # a data NIC without IPv4
     _node(["eth9"], {"eth0": {"ipv4": {"address": "10.0.0.1", "netmask": "255.0.0.0"}}}),  # facts lack it
+    _node(["eth0"], {"eth0": {"ipv4": [{"address": "10.0.0.1"}]}}),  # not a fact Ansible writes
 ])
 def test_no_data_network_is_an_empty_answer_the_caller_refuses(node):
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network

@@ -479,13 +479,20 @@ def test_a_network_mode_with_the_nodes_namespace_is_accepted(mode):
     ("none", "no network at all"),
     ("", "no mode"),
     (None, "no mode"),
-    ("container:", "the Docker network named 'container:'"),
+    ("host\n", "the Docker network named 'host\\n'"),
 ])
 def test_a_network_mode_without_the_nodes_addresses_is_refused_naming_why_and_the_fix(mode, said):
     problems = stage_settings.check_network_mode({"training_image_network_mode": mode})
     assert [p.variable for p in problems] == ["training_image_network_mode"]
     assert said in problems[0].message and "sshd (container_ssh_port) would not answer" in problems[0].message
     assert problems[0].fix.startswith("leave it unset (host")
+
+
+@pytest.mark.parametrize("mode", ["container:", "container:bad name", "container:a:b", "container:abc\n"])
+def test_a_container_mode_without_a_valid_container_name_is_refused_as_such(mode):
+    problems = stage_settings.check_network_mode({"training_image_network_mode": mode})
+    assert [p.variable for p in problems] == ["training_image_network_mode"]
+    assert "names no valid container" in problems[0].message and problems[0].fix.startswith("give container:<name>")
 
 
 def test_an_unset_network_mode_is_not_judged_and_the_filter_refuses_a_typo():
