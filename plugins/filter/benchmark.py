@@ -137,6 +137,18 @@ def benchmark_notes(step: Mapping[str, Any], profile_env: Mapping[str, Any]) -> 
     return _profile_for(step, profile_env or {})[1]
 
 
+def _host_key(name: Any) -> str:
+    return str(name).strip().rstrip(".").lower()
+
+
+def host_names(facts: Mapping[str, Any] | None) -> list[str]:
+    """A node's own names from its facts (``hostname``, ``nodename``, ``fqdn``; each once): what its
+    ranks may report as their host (``socket.gethostname()``), the ``aliases`` of
+    :func:`benchmark_result`."""
+    facts = facts or {}
+    return list(dict.fromkeys(str(facts[k]) for k in ("hostname", "nodename", "fqdn") if facts.get(k)))
+
+
 def _cpu_result(text: str, step: Mapping[str, Any], aliases: Mapping[str, Any] | None = None) -> dict:
     lines = [ln for ln in str(text).splitlines() if ln.strip().startswith("{")]
     if not lines:
@@ -155,8 +167,21 @@ def _cpu_result(text: str, step: Mapping[str, Any], aliases: Mapping[str, Any] |
         )
     # A rank names its node by its host name (socket.gethostname()), which need not be the
     # inventory name (an address, an FQDN, a molecule instance): each node's names count.
-    ran = {str(h) for h in data.get("hosts") or []}
-    missing = sorted(h for h in step["hosts"] if not ({str(h)} | {str(a) for a in (aliases or {}).get(h) or []}) & ran)
+    # Host names compare as DNS names do: case-insensitive, a trailing dot or not. A name that
+    # two nodes share proves neither (both nodes' ranks would report it).
+    ran = {_host_key(h) for h in data.get("hosts") or []}
+    names = {h: {_host_key(h)} | {_host_key(a) for a in (aliases or {}).get(h) or []} for h in step["hosts"]}
+    owners: dict[str, list[str]] = {}
+    for h, keys in names.items():
+        for k in keys:
+            owners.setdefault(k, []).append(str(h))
+    shared = sorted({f"{k!r} ({', '.join(v)})" for k, v in owners.items() if len(v) > 1 and k})
+    if shared:
+        raise AnsibleFilterError(
+            f"{step.get('name')}: nodes share a host name, so their ranks cannot be told apart: {'; '.join(shared)}. "
+            f"Fix: give every node its own host name (hostnamectl set-hostname) and rerun."
+        )
+    missing = sorted(h for h in step["hosts"] if not names[h] & ran)
     if missing:
         raise AnsibleFilterError(f"{step.get('name')}: no rank ran on {', '.join(missing)} (hosts {data.get('hosts')})")
     if not data.get("params_in_sync"):
@@ -296,6 +321,7 @@ class FilterModule:
             "gpucluster_allreduce_report": allreduce_report,
             "gpucluster_allreduce_table": allreduce_table,
             "gpucluster_benchmark_plan": benchmark_plan,
+            "gpucluster_benchmark_host_names": host_names,
             "gpucluster_benchmark_job": benchmark_job,
             "gpucluster_benchmark_argv": benchmark_argv,
             "gpucluster_benchmark_notes": benchmark_notes,

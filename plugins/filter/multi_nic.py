@@ -54,17 +54,16 @@ def cidr(ipv4_fact):
     return str(ipaddress.ip_network(f"{ipv4_fact['address']}/{ipv4_fact['netmask']}", strict=False))
 
 
-def data_network(host_vars):
-    """The network (IPv4 CIDR) of a node's first data NIC: the first of the ``data_interfaces`` the
+def _data_nic(host_vars):
+    """``(name, IPv4 fact)`` of a node's first data NIC: the first of the ``data_interfaces`` the
     nccl_env stage published in the node contract (``ansible_local.gpucluster.nccl``), with its
-    address from the node's facts. ``''`` where the contract or the address is missing (facts not
-    gathered yet, a data NIC without IPv4): the caller refuses that, naming its setting.
-    ``host_vars``: the node's ``hostvars`` entry. The MPI network of validate and the benchmark."""
+    address from the node's facts. ``('', {})`` without the contract, ``(name, {})`` without an
+    IPv4 address (or facts)."""
     host_vars = host_vars or {}
     contract = (host_vars.get("ansible_local") or {}).get("gpucluster") or {}
     nics = (contract.get("nccl") or {}).get("data_interfaces") or []
     if not nics:
-        return ""
+        return "", {}
     facts = host_vars.get("ansible_facts") or {}
     # Ansible keys an interface's fact by its name with '-' and ':' made '_' (a VLAN's '.' stays:
     # eth0.100); the name as is and the all-'_' spelling are tried too.
@@ -72,11 +71,54 @@ def data_network(host_vars):
     keys = (name, name.replace("-", "_").replace(":", "_"), re.sub(r"[-.:]", "_", name))
     fact = next((facts[k] for k in keys if isinstance(facts.get(k), dict)), {})
     ipv4 = fact.get("ipv4") or {}
-    if not isinstance(ipv4, dict):
-        return ""
-    if not ipv4.get("address") or not ipv4.get("netmask"):
-        return ""
-    return cidr(ipv4)
+    if not isinstance(ipv4, dict) or not ipv4.get("address") or not ipv4.get("netmask"):
+        return name, {}
+    return name, ipv4
+
+
+def data_network(host_vars):
+    """The network (IPv4 CIDR) of a node's first data NIC (:func:`_data_nic`); ``''`` where the
+    contract or the address is missing (facts not gathered yet, a data NIC without IPv4): the
+    caller refuses that, naming its setting (:func:`data_network_problem`). ``host_vars``: the
+    node's ``hostvars`` entry. The MPI network of validate and the benchmark."""
+    _, ipv4 = _data_nic(host_vars)
+    return cidr(ipv4) if ipv4 else ""
+
+
+def data_network_problem(network, hostvars, hosts, variable):
+    """Why ``network`` (the value of ``variable``) cannot carry MPI between ``hosts``, ``''`` when
+    it can: it must be an IPv4 network holding every node's first data NIC address. A /32 (a
+    cloud VM's address without its subnet, as on GCP) holds one node only."""
+    hostvars = hostvars or {}
+    hosts = list(hosts or [])
+    fix = (f"Fix: set {variable} to the network that holds every node's first data NIC address as a CIDR "
+           f"(e.g. the VPC subnet, 10.0.0.0/24), or give the data NICs addresses in one network.")
+    try:
+        net = ipaddress.IPv4Network(str(network), strict=False)
+        if "/" not in str(network):
+            raise ValueError("no prefix")
+    except ValueError:
+        first = hosts[0] if hosts else "the first node"
+        nic, _ = _data_nic(hostvars.get(first))
+        why = (f"the network of {first}'s first data NIC ({nic}, the nccl_env stage's choice), which has no IPv4 "
+               f"address there" if nic and not str(network) else
+               f"{first} has no data NIC in its node contract yet (run site.yml first)" if not str(network) else
+               "not an IPv4 network (a CIDR such as 10.0.0.0/24)")
+        return f"{variable} is {str(network)!r}: {why}. {fix}"
+    outside, none = [], []
+    for host in hosts:
+        nic, ipv4 = _data_nic(hostvars.get(host))
+        if not ipv4:
+            none.append(f"{host} ({nic or 'no data NIC in its contract'})")
+        elif ipaddress.IPv4Address(str(ipv4["address"])) not in net:
+            outside.append(f"{host} ({nic} {ipv4['address']})")
+    if none:
+        return (f"{variable} is {str(network)!r}, but these nodes' first data NIC has no IPv4 address: "
+                f"{', '.join(none)}, so MPI has no data network to stay on. {fix}")
+    if outside:
+        return (f"{variable} is {str(network)!r}, which does not hold the data NIC address of "
+                f"{', '.join(outside)}: MPI would not reach them on it. {fix}")
+    return ""
 
 
 class FilterModule:
@@ -100,4 +142,5 @@ class FilterModule:
         out = {name: value_errors(func, named=True) for name, func in table.items()}
         out["gpucluster_cidr"] = cidr
         out["gpucluster_data_network"] = data_network
+        out["gpucluster_data_network_problem"] = data_network_problem
         return out

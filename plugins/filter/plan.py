@@ -26,6 +26,31 @@ def declared_membership(groups, host, group, excluded=None):
     return {"membership": m, "errors": errors}
 
 
+def contract_problem(contract, needs, host, step):
+    """Why a node is not ready for ``step`` (validate, the benchmark, the runtime switch), ``''``
+    when it is: the node contract (``ansible_local.gpucluster``) must hold every stage in
+    ``needs`` (``{contract stage: publishing role}``, or ``{stage: {"role": .., "keys": [..]}}`` for
+    the keys an older gpucluster did not publish yet)."""
+    contract = contract if isinstance(contract, dict) else {}
+    missing, old = [], []
+    for stage, need in (needs or {}).items():
+        role, keys = (need.get("role"), need.get("keys") or []) if isinstance(need, dict) else (need, [])
+        got = contract.get(stage)
+        if not isinstance(got, dict):
+            missing.append((stage, role))
+        elif [k for k in keys if k not in got]:
+            old.append(f"{stage} ({', '.join(k for k in keys if k not in got)}; the {role} stage)")
+    if missing:
+        return (f"{host}: the node contract (ansible_local.gpucluster) has no {', '.join(s for s, _ in missing)} "
+                f"(published by the {', '.join(r for _, r in missing)} stage): this node is not converged. "
+                f"Fix: run site.yml on it first, then {step}.")
+    if old:
+        return (f"{host}: the node contract (ansible_local.gpucluster) lacks {'; '.join(old)}: it was published by "
+                f"an older gpucluster. Fix: run site.yml on it first, then {step}.")
+    return ""
+
+
 class FilterModule:
     def filters(self):
-        return {"gpucluster_node_plan": node_plan, "gpucluster_declared_membership": declared_membership}
+        return {"gpucluster_node_plan": node_plan, "gpucluster_declared_membership": declared_membership,
+                "gpucluster_contract_problem": contract_problem}

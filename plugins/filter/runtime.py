@@ -258,7 +258,7 @@ def runtime_plan(probe: Mapping[str, Any], target: str, cfg: Mapping[str, Any]) 
     other = "horovod" if target == "lightcc" else "lightcc"
     package = PACKAGES[target]
     which = target  # variable stem: runtime_lightcc_* / runtime_horovod_*
-    wheel_dir = str(cfg.get("wheel_dir") or "/opt/gpucluster/bin/wheels")
+    wheel_dir = str(cfg["wheel_dir"])
     plan: dict[str, Any] = {"now": now, "target": target, "package": package, "uninstall": [], "install": None,
                             "error": ""}
     if packages.get(PACKAGES[other]):
@@ -337,34 +337,54 @@ def runtime_pip_uninstall(plan: Mapping[str, Any], cfg: Mapping[str, Any]) -> li
         return []
     pip = [str(a) for a in (cfg.get("pip") or ["python3", "-m", "pip"])]
     if cfg.get("pip_wheel"):
-        wheel_dir = str(cfg.get("wheel_dir") or "/opt/gpucluster/bin/wheels")
+        wheel_dir = str(cfg["wheel_dir"])
         pip = ["python3", f"{wheel_dir.rstrip('/')}/{os.path.basename(str(cfg['pip_wheel']))}/pip"]
     extra = [str(a) for a in (cfg.get("pip_extra_args") or [])]
     return pip + ["uninstall", "-y", *extra, *plan["uninstall"]]
 
 
+def _abs_path(path: Any) -> str:
+    """An absolute path in one spelling ('//opt/x/' -> '/opt/x'); '' for a relative one."""
+    text = str(path or "")
+    return "/" + posixpath.normpath(text).lstrip("/") if text.startswith("/") else ""
+
+
 def runtime_wheel_dir_problem(volumes: Sequence[str] | None, wheel_dir: str, host: str, container: str) -> str:
     """Why pip in the training container could not read wheels copied to ``wheel_dir`` on the node
-    ('' when it can): the container must mount a host directory holding ``wheel_dir`` at the same
-    path. ``volumes`` are the container's bind mounts as Docker writes them (``host:container[:opts]``,
-    the training stage's contract)."""
+    ('' when it can). ``volumes`` are the container's mounts as Docker writes them
+    (``source:target[:opts]``, the training stage's contract). What the container sees at
+    ``wheel_dir`` is the deepest mount whose target holds it: that mount must be a bind mount of the
+    same node path (a deeper mount of another directory, or a named volume, hides the wheels)."""
     if volumes is None:
         return (f"{host}: the node contract's training stage lists no mounts of {container} (it was published by an "
                 f"older gpucluster), so where pip in it can read wheels is unknown. Fix: rerun site.yml on the node, "
                 f"then the switch.")
-    want = posixpath.normpath("/" + str(wheel_dir or "").strip("/")) if str(wheel_dir or "").startswith("/") else ""
+    want = _abs_path(wheel_dir)
+    fix = ("Fix: leave runtime_wheel_dir unset (wheels/ under the container's bin_dir), or set it to an absolute "
+           "directory whose deepest mount in the container is a bind mount of the same node path.")
+    mounts = ", ".join(str(v) for v in volumes or []) or "none"
+    if not want:
+        return (f"{host}: runtime_wheel_dir is {wheel_dir!r}, not an absolute path, so the training container "
+                f"{container} cannot see it at the same path (its mounts: {mounts}). {fix}")
+    best: tuple[str, str, str] | None = None  # (target, source, as written)
     for volume in volumes or []:
         parts = str(volume).split(":")
-        if len(parts) < 2 or not parts[0].startswith("/"):
+        if len(parts) < 2:
             continue
-        src, dest = posixpath.normpath(parts[0]), posixpath.normpath(parts[1])
-        if want and src == dest and (want == src or want.startswith(src.rstrip("/") + "/")):
-            return ""
-    mounts = ", ".join(str(v) for v in volumes or []) or "none"
+        target = _abs_path(parts[1])
+        holds = bool(target) and (want == target or want.startswith(target.rstrip("/") + "/"))
+        if holds and (best is None or len(target) >= len(best[0])):
+            best = (target, parts[0], str(volume))
+    if best is not None and _abs_path(best[1]) == best[0]:
+        return ""
+    if best is None:
+        why = f"no mount of it holds {want} (its mounts: {mounts})"
+    elif not _abs_path(best[1]):
+        why = f"the deepest mount that holds it is the named volume {best[2]!r}, not the node's directory"
+    else:
+        why = f"the deepest mount that holds it, {best[2]!r}, shows another node directory there"
     return (f"{host}: runtime_wheel_dir is {wheel_dir!r}, which the training container {container} does not see at "
-            f"the same path (its bind mounts: {mounts}), so pip in it could not read the wheels copied there. Fix: "
-            f"leave runtime_wheel_dir at /opt/gpucluster/bin/wheels, or set it to an absolute directory under one "
-            f"of those mounts whose node and container paths are the same.")
+            f"the same path: {why}, so pip in it could not read the wheels copied there. {fix}")
 
 
 def runtime_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:

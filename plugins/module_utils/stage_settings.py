@@ -287,21 +287,31 @@ def duplicate_mounts(volumes):
     return [f"{dest} is mounted twice ({', '.join(specs)})" for dest, specs in seen.items() if len(specs) > 1]
 
 
-def check_network_mode(values):
+def check_network_mode(values, defaults=None):
     """``training_image_network_mode``: the training containers reach each other at the nodes'
     addresses - container_ssh's sshd listens there on its own port (no port is published), mpirun
     connects to it, and NCCL and Open MPI use the data NICs the nccl_env stage chose, which must
     be in the container. Only the node's network namespace gives that: ``host``, or
     ``container:<name>`` sharing the namespace of a container that has it. Docker's ``bridge``,
     ``none``, ``default`` or a user network - and a misspelt ``host``, which Docker takes for a
-    network name - would leave every container unreachable after the training stage recreated it."""
+    network name - would leave every container unreachable after the training stage recreated it.
+    Nor the training container's own name: Docker refuses to create a container that joins its
+    own namespace (and the old one is gone by then)."""
     if "training_image_network_mode" not in values:
         return []
     mode = values["training_image_network_mode"]
     text = mode if isinstance(mode, str) else ""
     if text == "host":
         return []
-    if text.startswith("container:") and _CONTAINER_NAME.match(text.split(":", 1)[1]):
+    other = text.split(":", 1)[1] if text.startswith("container:") else ""
+    own = values.get("training_image_container_name", (defaults or {}).get("training_image_container_name"))
+    if other and _CONTAINER_NAME.match(other) and other.lstrip("/") == str(own or "").lstrip("/"):
+        return [Problem("training_image_network_mode", f"{mode!r} names the training container itself "
+                        f"(training_image_container_name), which cannot share its own network namespace: Docker "
+                        f"would refuse to create it after the old container was removed",
+                        "name the container that runs with host networking (container:<its name>), or leave it "
+                        "unset (host, the vendor's --net=host)")]
+    if other and _CONTAINER_NAME.match(other):
         return []
     why = {"bridge": "Docker's bridge network", "default": "Docker's bridge network", "none": "no network at all"}
     if text.startswith("container:"):
@@ -541,6 +551,6 @@ def stage_problems(values, facts=None, gpus=0, defaults=None):
                                     mtu=values.get("multi_nic_mtu", 0))
     out += check_urls(values) + check_paths(values) + check_training_container(values) + check_numbers(values)
     out += check_container_command(values) + check_nccl_conf_path(values) + check_ssh_dir(values, defaults)
-    out += check_network_mode(values)
+    out += check_network_mode(values, defaults)
     out += check_cloud_eni(values)
     return out

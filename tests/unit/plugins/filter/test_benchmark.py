@@ -165,6 +165,35 @@ def test_a_rank_that_names_its_node_by_another_name_counts_for_that_node():
         gb.benchmark_result(cpu_output(hosts=["gpu-a", "gpu-a"]), step, "lightcc", "cpu", aliases)
 
 
+def test_host_names_are_the_nodes_own_names_from_its_facts():
+    facts = {"hostname": "gpu-a", "nodename": "gpu-a", "fqdn": "gpu-a.example.com", "domain": "example.com"}
+    assert gb.host_names(facts) == ["gpu-a", "gpu-a.example.com"]
+    assert gb.host_names({"hostname": "gpu-a", "fqdn": ""}) == ["gpu-a"]
+    assert gb.host_names(None) == []
+
+
+@pytest.mark.parametrize("reported", [["GPU-A", "gpu-b."], ["gpu-a.example.com.", "GPU-B"]])
+def test_host_names_compare_as_dns_names(reported):
+    """Case and a trailing dot do not make another host (a rank may report either spelling)."""
+    step = {**STEP2, "hosts": ["10.0.0.1", "10.0.0.2"]}
+    aliases = {"10.0.0.1": ["gpu-a", "gpu-a.example.com"], "10.0.0.2": ["gpu-b"]}
+    assert gb.benchmark_result(cpu_output(hosts=reported), step, "lightcc", "cpu", aliases)["ranks_hosts"] == reported
+
+
+@pytest.mark.parametrize("aliases", [
+    {"10.0.0.1": ["localhost"], "10.0.0.2": ["localhost"]},
+    {"10.0.0.1": ["node"], "10.0.0.2": ["Node."]},
+    {"10.0.0.1": ["10.0.0.2"], "10.0.0.2": ["gpu-b"]},
+])
+def test_a_host_name_two_nodes_share_proves_neither(aliases):
+    """Two nodes that report the same name: one node's ranks alone would pass for both."""
+    step = {**STEP2, "hosts": ["10.0.0.1", "10.0.0.2"]}
+    shared = sorted({a for v in aliases.values() for a in v} - {"gpu-b"})[0]
+    with pytest.raises(AnsibleFilterError, match="nodes share a host name") as err:
+        gb.benchmark_result(cpu_output(hosts=[shared, shared]), step, "lightcc", "cpu", aliases)
+    assert "10.0.0.1, 10.0.0.2" in str(err.value) and "hostnamectl set-hostname" in str(err.value)
+
+
 def test_results_of_a_loop_and_the_report_input():
     runs = [{"item": STEP2, "stdout": cpu_output(), "rc": 0}]
     results = gb.benchmark_results(runs, "lightcc", "cpu")

@@ -88,3 +88,61 @@ def test_the_data_network_is_the_first_data_nics_not_the_default_routes():
 def test_no_data_network_is_an_empty_answer_the_caller_refuses(node):
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network
     assert data_network(node) == ""
+
+
+def _cluster(*addresses, netmask="255.255.255.0", nic="eth1"):
+    """hostvars of node-1.. whose first data NIC has these addresses (None: no IPv4)."""
+    return {f"node-{i}": _node([nic], {nic: {"ipv4": {"address": a, "netmask": netmask}} if a else {"ipv4": {}}})
+            for i, a in enumerate(addresses, 1)}
+
+
+def test_a_network_that_holds_every_nodes_data_nic_is_accepted():
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network, data_network_problem
+    hv = _cluster("10.0.0.5", "10.0.0.6", "10.0.0.7")
+    network = data_network(hv["node-1"])
+    assert network == "10.0.0.0/24"
+    assert data_network_problem(network, hv, list(hv), "validate_mpi_network") == ""
+    # An operator's wider network holds them too; one node alone is fine on its own /32.
+    assert data_network_problem("10.0.0.0/16", hv, list(hv), "validate_mpi_network") == ""
+    one = _cluster("10.0.0.5", netmask="255.255.255.255")
+    assert data_network_problem(data_network(one["node-1"]), one, ["node-1"], "validate_mpi_network") == ""
+
+
+def test_a_gcp_slash_32_holds_only_the_first_node_and_is_refused_naming_the_fix():
+    """GCP gives each VM a /32 and routes the subnet: the first node's network is its own address."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network, data_network_problem
+    hv = _cluster("10.128.0.5", "10.128.0.6", netmask="255.255.255.255")
+    network = data_network(hv["node-1"])
+    assert network == "10.128.0.5/32"
+    msg = data_network_problem(network, hv, list(hv), "benchmark_mpi_network")
+    assert msg.startswith("benchmark_mpi_network is '10.128.0.5/32', which does not hold the data NIC address of")
+    assert "node-2 (eth1 10.128.0.6)" in msg and "node-1" not in msg.split("address of")[1].split(":")[0]
+    assert "Fix: set benchmark_mpi_network to the network that holds every node's" in msg
+
+
+@pytest.mark.parametrize("network, expect", [
+    ("eth0", "validate_mpi_network is 'eth0': not an IPv4 network"),
+    ("10.0.0.0", "validate_mpi_network is '10.0.0.0': not an IPv4 network"),
+    ("10.0.0.0/33", "not an IPv4 network"),
+    ("fd00::/64", "not an IPv4 network"),
+    ("", "validate_mpi_network is '': the network of node-1's first data NIC (eth1, the nccl_env stage's choice), "
+         "which has no IPv4 address there"),
+])
+def test_a_value_that_is_no_network_is_refused(network, expect):
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
+    hv = _cluster(None, "10.0.0.6")
+    msg = data_network_problem(network, hv, list(hv), "validate_mpi_network")
+    assert expect in msg and "Fix: set validate_mpi_network" in msg
+
+
+def test_a_node_without_a_data_address_or_contract_is_named():
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
+    hv = _cluster("10.0.0.5", None)
+    hv["node-3"] = {"ansible_local": {}, "ansible_facts": {}}
+    msg = data_network_problem("10.0.0.0/24", hv, list(hv), "validate_mpi_network")
+    assert "first data NIC has no IPv4 address: node-2 (eth1), node-3 (no data NIC in its contract)" in msg
+    assert "contract yet (run site.yml first)" in data_network_problem("", {"node-3": hv["node-3"]}, ["node-3"], "v")
+
+
+def test_the_filter_is_registered():
+    assert "gpucluster_data_network_problem" in FILTERS

@@ -3,7 +3,6 @@ of the runtime switch and its messages, the refusal to mix runtimes."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -289,27 +288,62 @@ def test_a_wheel_dir_under_a_same_path_mount_is_accepted(wheel_dir):
     "/opt/gpucluster/binaries",         # a sibling whose name starts like a mount
     "/etc/gpucluster/ssh/client/w",     # mounted, but at another path (/root/.ssh)
     "/opt/gpucluster",                  # the parent of a mount
-    "wheels",                           # relative
-    "",
 ])
 def test_a_wheel_dir_the_container_does_not_see_at_the_same_path_is_refused(wheel_dir):
     msg = rt.runtime_wheel_dir_problem(TRAINING_VOLUMES, wheel_dir, "node-1", "gpucluster-train")
     assert msg.startswith(f"node-1: runtime_wheel_dir is {wheel_dir!r}, which the training container gpucluster-train")
-    assert "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in msg and "Fix: leave runtime_wheel_dir at" in msg
+    assert "no mount of it holds" in msg and "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in msg
+    assert "Fix: leave runtime_wheel_dir unset" in msg
+
+
+@pytest.mark.parametrize("wheel_dir", ["wheels", "", "opt/gpucluster/bin/wheels"])
+def test_a_relative_wheel_dir_is_refused(wheel_dir):
+    msg = rt.runtime_wheel_dir_problem(TRAINING_VOLUMES, wheel_dir, "node-1", "gpucluster-train")
+    assert msg.startswith(f"node-1: runtime_wheel_dir is {wheel_dir!r}, not an absolute path")
+    assert "Fix: leave runtime_wheel_dir unset" in msg
+
+
+@pytest.mark.parametrize("extra, wheel_dir, why", [
+    # A deeper bind mount of another node directory: pip would read /srv/w, not the wheels.
+    ("/srv/w:/opt/gpucluster/bin/wheels", "/opt/gpucluster/bin/wheels", "'/srv/w:/opt/gpucluster/bin/wheels'"),
+    ("/srv/w:/opt/gpucluster/bin/wheels:ro", "/opt/gpucluster/bin/wheels/x", "shows another node directory"),
+    ("//srv/w:/opt//gpucluster/bin/wheels/", "/opt/gpucluster/bin/wheels", "shows another node directory"),
+    # A named volume: a directory in Docker's data root, not the node's.
+    ("wheels:/opt/gpucluster/bin/wheels", "/opt/gpucluster/bin/wheels", "the named volume 'wheels:"),
+])
+def test_a_deeper_mount_that_hides_the_wheel_dir_is_refused(extra, wheel_dir, why):
+    msg = rt.runtime_wheel_dir_problem(TRAINING_VOLUMES + [extra], wheel_dir, "node-1", "gpucluster-train")
+    assert "which the training container gpucluster-train does not see at the same path" in msg
+    assert why in msg
+
+
+@pytest.mark.parametrize("volumes, wheel_dir", [
+    # The deepest mount is the same node path again (mounted twice, deeper): fine.
+    (TRAINING_VOLUMES + ["/opt/gpucluster/bin/wheels:/opt/gpucluster/bin/wheels"], "/opt/gpucluster/bin/wheels"),
+    # Another directory deeper elsewhere does not matter.
+    (TRAINING_VOLUMES + ["/srv/w:/opt/gpucluster/bin/other"], "/opt/gpucluster/bin/wheels"),
+    # '//' spellings are one path.
+    (["//opt/gpucluster/bin:/opt/gpucluster/bin/"], "//opt/gpucluster/bin/wheels"),
+])
+def test_the_deepest_mount_decides(volumes, wheel_dir):
+    assert rt.runtime_wheel_dir_problem(volumes, wheel_dir, "node-1", "gpucluster-train") == ""
 
 
 def test_a_contract_without_mounts_asks_for_a_converge():
     msg = rt.runtime_wheel_dir_problem(None, "/opt/gpucluster/bin/wheels", "node-1", "gpucluster-train")
     assert "node-1" in msg and "lists no mounts of gpucluster-train" in msg and "rerun site.yml" in msg
     # An empty list is a contract that says: no mounts.
-    assert "bind mounts: none" in rt.runtime_wheel_dir_problem([], "/opt/gpucluster/bin/wheels", "n", "c")
+    assert "its mounts: none" in rt.runtime_wheel_dir_problem([], "/opt/gpucluster/bin/wheels", "n", "c")
 
 
 def test_the_roles_default_wheel_dir_is_one_the_training_container_mounts():
-    """The runtime role's default and the training_image role's fixed mount agree (checked here, not assumed)."""
-    default = yaml.safe_load((ROOT / "roles/runtime/defaults/main.yml").read_text())["runtime_wheel_dir"]
-    volumes = yaml.safe_load((ROOT / "roles/training_image/vars/main.yml").read_text())["__training_image_volumes"]
-    # The literal mounts of the expression ('/node/path:/container/path[:ro]'), not the templated ones.
-    mounts = re.findall(r"'(/[^':]*:/[^':]*(?::ro)?)'", volumes)
-    assert "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in mounts, volumes
-    assert rt.runtime_wheel_dir_problem(mounts, default, "n", "c") == "", mounts
+    """runtime_wheel_dir unset means wheels/ under the training contract's bin_dir, which the
+    training_image role mounts at the same path (checked here, not assumed)."""
+    assert yaml.safe_load((ROOT / "roles/runtime/defaults/main.yml").read_text())["runtime_wheel_dir"] == ""
+    runtime_vars = yaml.safe_load((ROOT / "roles/runtime/vars/main.yml").read_text())
+    assert "training.bin_dir ~ '/wheels'" in runtime_vars["__runtime_wheel_dir"]
+    training = yaml.safe_load((ROOT / "roles/training_image/vars/main.yml").read_text())
+    bin_dir = training["__training_image_bin_dir"]
+    assert "[__training_image_bin_dir ~ ':' ~ __training_image_bin_dir ~ ':ro']" in training["__training_image_volumes"]
+    mounts = TRAINING_VOLUMES[:-1] + [f"{bin_dir}:{bin_dir}:ro"]
+    assert rt.runtime_wheel_dir_problem(mounts, f"{bin_dir}/wheels", "n", "c") == ""

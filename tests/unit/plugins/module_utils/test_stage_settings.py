@@ -495,6 +495,31 @@ def test_a_container_mode_without_a_valid_container_name_is_refused_as_such(mode
     assert "names no valid container" in problems[0].message and problems[0].fix.startswith("give container:<name>")
 
 
+@pytest.mark.parametrize("values, defaults", [
+    ({"training_image_network_mode": "container:gpucluster-train"},
+     {"training_image_container_name": "gpucluster-train"}),
+    ({"training_image_network_mode": "container:trainer", "training_image_container_name": "trainer"},
+     {"training_image_container_name": "gpucluster-train"}),
+    ({"training_image_network_mode": "container:/trainer", "training_image_container_name": "trainer"}, {}),
+])
+def test_a_container_mode_naming_the_training_container_itself_is_refused(values, defaults):
+    """Docker refuses a container that joins its own namespace, after the old one is removed."""
+    problems = stage_settings.check_network_mode(values, defaults)
+    assert [p.variable for p in problems] == ["training_image_network_mode"]
+    assert "names the training container itself (training_image_container_name)" in problems[0].message
+    assert problems[0].fix.startswith("name the container that runs with host networking")
+    # Another container's name is fine.
+    other = {**values, "training_image_network_mode": "container:gpucluster-net"}
+    assert stage_settings.check_network_mode(other, defaults) == []
+
+
+def test_preflight_refuses_the_training_containers_own_name_with_the_roles_default_name():
+    values = {"training_image_ref": "r/i:1", "training_image_network_mode": "container:gpucluster-train"}
+    messages = inventory_errors(values, "n1", gpu_count=0, facts=FACTS)
+    want = "n1: training_image_network_mode: 'container:gpucluster-train' names the training container"
+    assert any(m.startswith(want) for m in messages), messages
+
+
 def test_an_unset_network_mode_is_not_judged_and_the_filter_refuses_a_typo():
     assert stage_settings.check_network_mode({}) == []
     messages = inventory_errors({"training_image_ref": "r/i:1", "training_image_network_mode": "hots"}, "n1",
