@@ -263,13 +263,15 @@ def benchmark_report_input(results: Sequence[Mapping[str, Any]], title: str, not
 
 
 def benchmark_line_rate(
-    rdma: Mapping[str, Any] | None, interface: Mapping[str, Any] | None, gpus_per_node: Any
+    rdma: Mapping[str, Any] | None, interfaces: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None,
+    gpus_per_node: Any
 ) -> dict:
     """The per-GPU share of the node's inter-node line rate in Gbit/s, from facts, with its source.
 
     RDMA facts (``gpucluster_rdma.hcas[].ports[]``, ACTIVE ports' ``rate_gbps``) when there
-    are any, else the default interface's ``speed`` (Mbit/s, Ansible's fact); divided by the
-    GPUs per node, the form :func:`gpucluster.bench.check_bus_bandwidth` takes.
+    are any, else the summed ``speed`` (Mbit/s, Ansible's fact) of the data NICs NCCL's sockets
+    use (the nccl_env stage's, ``gpucluster_data_nic_facts``), not the default route's NIC;
+    divided by the GPUs per node, the form :func:`gpucluster.bench.check_bus_bandwidth` takes.
     """
     gpn = _positive_int(gpus_per_node, "GPUs per node")
     ports = [p for h in ((rdma or {}).get("hcas") or []) for p in (h.get("ports") or [])
@@ -279,11 +281,17 @@ def benchmark_line_rate(
         names = ", ".join(f"{p.get('netdev') or p.get('port')}" for p in ports)
         return {"gbit": total / gpn, "source": f"{len(ports)} active RDMA port(s) ({names}), {total:g} Gbit/s "
                                               f"over {gpn} GPU(s)"}
-    speed = (interface or {}).get("speed")
-    if isinstance(speed, int | float) and speed > 0:
-        return {"gbit": speed / 1000 / gpn,
-                "source": f"{(interface or {}).get('device', 'default interface')} at {speed} Mbit/s over {gpn} GPU(s)"}
-    return {"gbit": 0.0, "source": "no RDMA port and no interface speed in the facts"}
+    nics = [interfaces] if isinstance(interfaces, Mapping) else list(interfaces or [])
+    rated = [(str(n.get("device", "?")), n.get("speed")) for n in nics]
+    rated = [(d, s) for d, s in rated if isinstance(s, int | float) and not isinstance(s, bool) and s > 0]
+    if rated:
+        speed = sum(s for _, s in rated)
+        where = ", ".join(f"{d} at {s} Mbit/s" for d, s in rated)
+        unrated = [str(n.get("device", "?")) for n in nics if str(n.get("device", "?")) not in dict(rated)]
+        note = f"; no speed for {', '.join(unrated)}" if unrated else ""
+        return {"gbit": speed / 1000 / gpn, "source": f"data NIC(s) {where} over {gpn} GPU(s){note}"}
+    named = ", ".join(str(n.get("device", "?")) for n in nics) or "none"
+    return {"gbit": 0.0, "source": f"no RDMA port and no speed in the facts of the data NIC(s) ({named})"}
 
 
 def benchmark_nccl_check(text: str, line_rate_gbit: Any, fraction: Any = 0.8) -> dict:

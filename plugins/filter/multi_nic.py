@@ -54,6 +54,26 @@ def cidr(ipv4_fact):
     return str(ipaddress.ip_network(f"{ipv4_fact['address']}/{ipv4_fact['netmask']}", strict=False))
 
 
+def _nic_fact(facts, name):
+    """A NIC's fact as Ansible keys it: its name with '-' and ':' made '_' (a VLAN's '.' stays:
+    eth0.100); the name as is and the all-'_' spelling are tried too. ``{}`` when absent."""
+    name = str(name)
+    keys = (name, name.replace("-", "_").replace(":", "_"), re.sub(r"[-.:]", "_", name))
+    return next((facts[k] for k in keys if isinstance(facts.get(k), dict)), {})
+
+
+def data_nic_facts(host_vars):
+    """The facts of every data NIC the nccl_env stage published in a node's contract
+    (``ansible_local.gpucluster.nccl.data_interfaces``), in that order, each with its ``device``
+    name; ``{"device": name}`` for a NIC the facts lack. ``host_vars``: the node's ``hostvars``
+    entry."""
+    host_vars = host_vars or {}
+    contract = (host_vars.get("ansible_local") or {}).get("gpucluster") or {}
+    facts = host_vars.get("ansible_facts") or {}
+    nics = (contract.get("nccl") or {}).get("data_interfaces") or []
+    return [{**_nic_fact(facts, n), "device": str(n)} for n in nics]
+
+
 def _data_nic(host_vars):
     """``(name, IPv4 fact)`` of a node's first data NIC: the first of the ``data_interfaces`` the
     nccl_env stage published in the node contract (``ansible_local.gpucluster.nccl``), with its
@@ -64,12 +84,8 @@ def _data_nic(host_vars):
     nics = (contract.get("nccl") or {}).get("data_interfaces") or []
     if not nics:
         return "", {}
-    facts = host_vars.get("ansible_facts") or {}
-    # Ansible keys an interface's fact by its name with '-' and ':' made '_' (a VLAN's '.' stays:
-    # eth0.100); the name as is and the all-'_' spelling are tried too.
     name = str(nics[0])
-    keys = (name, name.replace("-", "_").replace(":", "_"), re.sub(r"[-.:]", "_", name))
-    fact = next((facts[k] for k in keys if isinstance(facts.get(k), dict)), {})
+    fact = _nic_fact(host_vars.get("ansible_facts") or {}, name)
     ipv4 = fact.get("ipv4") or {}
     if not isinstance(ipv4, dict) or not ipv4.get("address") or not ipv4.get("netmask"):
         return name, {}
@@ -143,4 +159,5 @@ class FilterModule:
         out["gpucluster_cidr"] = cidr
         out["gpucluster_data_network"] = data_network
         out["gpucluster_data_network_problem"] = data_network_problem
+        out["gpucluster_data_nic_facts"] = data_nic_facts
         return out

@@ -229,6 +229,25 @@ def test_line_rate_from_the_interface_speed_else_nothing():
     assert gb.benchmark_line_rate(None, {"device": "eth0", "speed": -1}, 4)["gbit"] == 0.0
 
 
+def test_line_rate_sums_the_data_nics_not_the_default_routes():
+    """NCCL's sockets run over every data NIC the nccl_env stage chose (NCCL_SOCKET_IFNAME)."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_nic_facts
+    node = {"ansible_local": {"gpucluster": {"nccl": {"data_interfaces": ["ens1f0", "ens1f1", "eth0.100"]}}},
+            "ansible_facts": {"default_ipv4": {"interface": "eno1"}, "eno1": {"speed": 1000},
+                              "ens1f0": {"speed": 100000}, "ens1f1": {"speed": 100000},
+                              "eth0.100": {"speed": -1}}}
+    nics = data_nic_facts(node)
+    assert [n["device"] for n in nics] == ["ens1f0", "ens1f1", "eth0.100"]
+    rate = gb.benchmark_line_rate({}, nics, 8)
+    assert rate["gbit"] == 25.0
+    assert rate["source"] == ("data NIC(s) ens1f0 at 100000 Mbit/s, ens1f1 at 100000 Mbit/s over 8 GPU(s); "
+                              "no speed for eth0.100")
+    none = gb.benchmark_line_rate({}, data_nic_facts({**node, "ansible_facts": {}}), 8)
+    assert none == {"gbit": 0.0, "source": "no RDMA port and no speed in the facts of the data NIC(s) "
+                                          "(ens1f0, ens1f1, eth0.100)"}
+    assert gb.benchmark_line_rate({}, [], 8)["source"].endswith("(none)")
+
+
 def test_nccl_check_on_real_outputs():
     h100 = fixture_text("benchmark-output/E08_nccl_tests_allreduce_2node_16x_h100_gcp_a3mega.txt")
     ok = gb.benchmark_nccl_check(h100, 200, 0.8)
