@@ -67,9 +67,45 @@ def k8s_node_labels(gpu: Mapping[str, Any] | None, prefix: str = "gpucluster.io"
     return labels
 
 
+def k8s_operator_args(documents: Any, extra_args: Any, manifest: str = "the manifest") -> dict:
+    """mpi-operator's install manifest (``documents``: its YAML documents) with ``extra_args``
+    added to the args of container ``mpi-operator`` of Deployment ``mpi-operator``; an earlier
+    ``--gang-scheduling=...`` there is replaced, not repeated, so patching a patched manifest
+    changes nothing. ``{"documents": [...], "error": ""}``; ``error`` names the manifest and the
+    fix where it has no such container to pass the args to (Volcano would then not gang-schedule
+    MPIJobs)."""
+    docs = [d for d in (documents or []) if d]
+    extra = [str(a) for a in (extra_args or [])]
+    if not extra:
+        return {"documents": docs, "error": ""}
+    out, found = [], False
+    for doc in docs:
+        meta = doc.get("metadata") or {} if isinstance(doc, Mapping) else {}
+        if not (isinstance(doc, Mapping) and doc.get("kind") == "Deployment" and meta.get("name") == "mpi-operator"):
+            out.append(doc)
+            continue
+        containers = []
+        for c in ((doc.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
+            if c.get("name") == "mpi-operator":
+                found = True
+                args = [a for a in c.get("args") or [] if not re.match(r"^--?gang-scheduling=", str(a))]
+                c = {**c, "args": args + extra}
+            containers.append(c)
+        spec = dict(doc["spec"])
+        spec["template"] = {**spec["template"], "spec": {**spec["template"]["spec"], "containers": containers}}
+        out.append({**doc, "spec": spec})
+    if not found:
+        return {"documents": docs, "error": (
+            f"{manifest} has no Deployment mpi-operator with a container mpi-operator, so {' '.join(extra)} cannot be "
+            f"added and Volcano would not gang-schedule MPIJobs. Fix: leave k8s_mpi_operator_manifest unset (the "
+            f"pinned v0.8.2 manifest) or give one of the same shape, or k8s_volcano: false.")}
+    return {"documents": out, "error": ""}
+
+
 class FilterModule:
     def filters(self):
         return {
             "gpucluster_k8s_node_labels": k8s_node_labels,
             "gpucluster_k8s_label_value": label_value,
+            "gpucluster_k8s_operator_args": k8s_operator_args,
         }

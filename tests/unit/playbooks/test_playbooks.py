@@ -1,5 +1,5 @@
 """playbooks/runtime.yml, benchmark.yml and k8s.yml parse (ansible-playbook --syntax-check),
-and what k8s.yml expects of the pinned mpi-operator manifest is what the manifest holds."""
+and what the k8s role expects of the pinned mpi-operator manifest is what the manifest holds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-MANIFEST = ROOT / "src/gpucluster/data/mpi-operator-v0.8.2/mpi-operator.yaml"
+MANIFEST = ROOT / "roles/k8s/files/mpi-operator-v0.8.2.yaml"
 
 
 @pytest.mark.parametrize("name", ["runtime.yml", "benchmark.yml", "k8s.yml", "training.yml", "reboot.yml",
@@ -24,19 +24,24 @@ def test_syntax_check(name):
 
 
 def test_k8s_defaults_point_at_the_pinned_manifest_it_checks():
-    k8s_vars = yaml.safe_load((ROOT / "playbooks/vars/k8s.yml").read_text())
-    assert "src/gpucluster/data/mpi-operator-v0.8.2/mpi-operator.yaml" in k8s_vars["__k8s_mpi_operator_manifest"]
-    assert "volcano-sh/volcano/v1.9.0/" in k8s_vars["__k8s_volcano_manifest"]
+    k8s_vars = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())
+    defaults = yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())
+    assert defaults["k8s_mpi_operator_manifest"] == ""
+    assert "role_path ~ '/files/mpi-operator-v0.8.2.yaml'" in k8s_vars["__k8s_mpi_operator_source"]
+    assert "volcano-sh/volcano/v1.9.0/" in defaults["k8s_volcano_manifest"]
     docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
     assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
     assert "v2beta1" in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+    # The CRD gpucluster validates MPIJobs against (the Python package's copy) is the one installed.
+    pkg_crd = yaml.safe_load((ROOT / "src/gpucluster/data/mpi-operator-v0.8.2/kubeflow.org_mpijobs.yaml").read_text())
+    assert pkg_crd["spec"]["versions"] == crd["spec"]["versions"]
     deploy = next(d for d in docs if d["kind"] == "Deployment")
     assert (deploy["metadata"]["name"], deploy["metadata"]["namespace"]) == ("mpi-operator", "mpi-operator")
     # Client-side apply would store the whole CRD in an annotation limited to 262144 bytes,
-    # hence server-side apply in playbooks/tasks/k8s_apply.yml.
+    # hence server-side apply in the role.
     assert len(yaml.safe_dump(crd)) > 262144
-    assert "server_side_apply" in (ROOT / "playbooks/tasks/k8s_apply.yml").read_text()
+    assert "server_side_apply" in (ROOT / "roles/k8s/tasks/main.yml").read_text()
 
 
 def _reboot_point(tmp_path, **extra):
@@ -82,24 +87,13 @@ def test_reboot_point_does_nothing_without_a_reason(tmp_path):
 
 
 def _patched_operator_manifest(tmp_path, volcano, manifest=MANIFEST):
-    """``__k8s_mpi_operator_patched`` of playbooks/vars/k8s.yml (what tasks/k8s_apply.yml applies)
-    evaluated by ansible-playbook on ``manifest``'s documents."""
-    out = tmp_path / f"patched-{volcano}.json"
-    playbook = tmp_path / "patch.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "vars_files": [str(ROOT / "playbooks/vars/k8s.yml")],
-        "vars": {"k8s_volcano": volcano, "ansible_python_interpreter": str(ROOT / ".venv/bin/python"),
-                 "__k8s_documents": "{{ lookup('ansible.builtin.file', '" + str(manifest) + "')"
-                                    " | ansible.builtin.from_yaml_all | select | list }}"},
-        "tasks": [{"ansible.builtin.copy": {"content": "{{ __k8s_mpi_operator_patched | to_json }}",
-                                            "dest": str(out), "mode": "0644"}}],
-    }]))
-    r = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", "localhost,", str(playbook)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120,
-                       env={"PATH": f"{ROOT / '.venv/bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(out.read_text())
+    """The documents the k8s role applies for mpi-operator (gpucluster_k8s_operator_args with the
+    role's extra args for ``volcano``)."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+    docs = [d for d in yaml.safe_load_all(Path(manifest).read_text()) if d]
+    out = k8s_operator_args(docs, ["--gang-scheduling=volcano"] if volcano else [], str(manifest))
+    assert out["error"] == ""
+    return json.loads(json.dumps(out["documents"], default=str))
 
 
 def _operator_args(docs):
@@ -139,18 +133,33 @@ def test_k8s_volcano_starts_mpi_operator_with_gang_scheduling(tmp_path):
 
 
 def test_k8s_apply_applies_the_patched_documents_once():
-    """One writer: the same kubernetes.core.k8s server-side apply applies the patched documents;
-    the Deployment is not patched again afterwards."""
-    tasks = yaml.safe_load((ROOT / "playbooks/tasks/k8s_apply.yml").read_text())
+    """One writer: the one kubernetes.core.k8s server-side apply applies the documents the
+    manifests step patched; the operator's Deployment is never patched afterwards."""
+    tasks = yaml.safe_load((ROOT / "roles/k8s/tasks/main.yml").read_text())
     applies = [t for t in tasks if "kubernetes.core.k8s" in t]
-    assert len(applies) == 1 and applies[0]["kubernetes.core.k8s"]["definition"] == "{{ __k8s_documents }}"
-    assert "src" not in applies[0]["kubernetes.core.k8s"]
-    patch = next(t for t in tasks if "block" in t)
-    assert "__k8s_mpi_operator_extra_args" in patch["when"]
-    assert patch["block"][0]["ansible.builtin.set_fact"] == {"__k8s_documents": "{{ __k8s_mpi_operator_patched }}"}
-    assert tasks.index(patch) < tasks.index(applies[0])
-    playbook = (ROOT / "playbooks/k8s.yml").read_text()
-    assert "state: patched\n        api_version: v1\n        kind: Node" in playbook
-    assert playbook.count("state: patched") == 1  # nodes only, never the operator's Deployment
-    k8s_vars = yaml.safe_load((ROOT / "playbooks/vars/k8s.yml").read_text())
-    assert "__k8s_volcano" in k8s_vars["__k8s_mpi_operator_extra_args"]  # the var that installs Volcano
+    assert len(applies) == 1
+    assert applies[0]["kubernetes.core.k8s"]["definition"] == "{{ k8s_manifest_documents[item.name] }}"
+    assert applies[0]["kubernetes.core.k8s"]["server_side_apply"]["field_manager"] == "gpucluster"
+    assert tasks.index(next(t for t in tasks if "include_tasks" in str(t))) < tasks.index(applies[0])
+    manifests = (ROOT / "roles/k8s/tasks/manifests.yml").read_text()
+    assert "gpucluster_k8s_operator_args(__k8s_mpi_operator_extra_args" in manifests
+    labels = (ROOT / "roles/k8s/tasks/labels.yml").read_text()
+    assert "state: patched\n    api_version: v1\n    kind: Node" in labels
+    role = "".join(p.read_text() for p in (ROOT / "roles/k8s/tasks").glob("*.yml"))
+    assert role.count("state: patched") == 1  # nodes only, never the operator's Deployment
+    k8s_vars = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())
+    assert "k8s_volcano" in k8s_vars["__k8s_mpi_operator_extra_args"]  # the var that installs Volcano
+
+
+def test_k8s_operator_args_refuse_a_manifest_without_the_operator():
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}},
+            {"kind": "Deployment", "metadata": {"name": "mpi-operator"},
+             "spec": {"template": {"spec": {"containers": [{"name": "other", "args": []}]}}}}]
+    out = k8s_operator_args(docs, ["--gang-scheduling=volcano"], "k8s_mpi_operator_manifest '/srv/m.yaml'")
+    assert out["error"].startswith("k8s_mpi_operator_manifest '/srv/m.yaml' has no Deployment mpi-operator with a "
+                                   "container mpi-operator, so --gang-scheduling=volcano cannot be added")
+    assert "Fix: leave k8s_mpi_operator_manifest unset" in out["error"] and out["documents"] == docs
+    # Nothing to add: nothing to refuse.
+    assert k8s_operator_args(docs, [], "m") == {"documents": docs, "error": ""}
+    assert k8s_operator_args([None, *docs], None)["documents"] == docs
