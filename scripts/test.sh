@@ -28,7 +28,7 @@ fi
 # while the other takes the molecule scenarios (their own apt cache and network) and the unit
 # tests. Not three: a converge keeps both cores ~90% busy (vmstat), so a third worker would
 # only stretch the sandbox worker, the run's longest path.
-exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-2}" --dist loadgroup --durations=15 tests/unit tests/molecule \
+exec pytest -v -n "${GPUCLUSTER_TEST_WORKERS:-2}" --dist loadgroup --durations=40 tests/unit tests/molecule \
   tests/integration/test_packaging.py \
   tests/integration/test_check_mode.py tests/integration/test_sandbox.py tests/integration/test_health.py tests/integration/test_membership.py \
   tests/integration/test_benchmark.py tests/integration/test_teardown.py
