@@ -161,34 +161,43 @@ def _cpu_result(text: str, step: Mapping[str, Any], aliases: Mapping[str, Any] |
         raise AnsibleFilterError(f"{step.get('name')}: unreadable CPU benchmark result: {exc}") from exc
     if data.get("device") != "cpu" or "total" not in data:
         raise AnsibleFilterError(f"{step.get('name')}: not a CPU benchmark result: {lines[-1][:200]}")
-    if int(data.get("ranks", 0)) != int(step["gpus"]):
+    try:
+        ranks, total = int(data.get("ranks")), float(data.get("total"))
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"{step.get('name')}: not a CPU benchmark result (ranks {data.get('ranks')!r}, "
+                                 f"total {data.get('total')!r}): {lines[-1][:200]}") from None
+    if ranks != int(step["gpus"]):
         raise AnsibleFilterError(
             f"{step.get('name')}: the benchmark ran on {data.get('ranks')} ranks, the step asked for {step['gpus']}"
         )
     # A rank names its node by its host name (socket.gethostname()), which need not be the
-    # inventory name (an address, an FQDN, a molecule instance): each node's names count.
-    # Host names compare as DNS names do: case-insensitive, a trailing dot or not. A name that
-    # two nodes share proves neither (both nodes' ranks would report it).
-    ran = {_host_key(h) for h in data.get("hosts") or []}
-    names = {h: {_host_key(h)} | {_host_key(a) for a in (aliases or {}).get(h) or []} for h in step["hosts"]}
+    # inventory name (an address, an FQDN, a molecule instance): each node's names count, compared
+    # as DNS names are (case, a trailing dot). A name that two nodes share (a default
+    # localhost.localdomain FQDN) proves neither; a node proven by no name of its own is refused.
+    ran = {_host_key(h) for h in data.get("hosts") or [] if _host_key(h)}
+    names = {}
+    for h in step["hosts"]:
+        own = (aliases or {}).get(h) or []
+        own = [own] if isinstance(own, str) else list(own)
+        names[h] = {k for k in [_host_key(h)] + [_host_key(a) for a in own if a is not None] if k}
     owners: dict[str, list[str]] = {}
     for h, keys in names.items():
         for k in keys:
             owners.setdefault(k, []).append(str(h))
-    shared = sorted({f"{k!r} ({', '.join(v)})" for k, v in owners.items() if len(v) > 1 and k})
-    if shared:
-        raise AnsibleFilterError(
-            f"{step.get('name')}: nodes share a host name, so their ranks cannot be told apart: {'; '.join(shared)}. "
-            f"Fix: give every node its own host name (hostnamectl set-hostname) and rerun."
-        )
-    missing = sorted(h for h in step["hosts"] if not names[h] & ran)
+    unique = {h: {k for k in keys if len(owners[k]) == 1} for h, keys in names.items()}
+    missing = sorted(str(h) for h in step["hosts"] if not unique[h] & ran)
     if missing:
-        raise AnsibleFilterError(f"{step.get('name')}: no rank ran on {', '.join(missing)} (hosts {data.get('hosts')})")
+        shared = sorted({f"{k!r} ({', '.join(v)})" for k, v in owners.items() if len(v) > 1 and k in ran})
+        why = (f"; the names they report are shared by several nodes, so their ranks cannot be told apart: "
+               f"{'; '.join(shared)}. Fix: give every node its own host name (hostnamectl set-hostname) and rerun"
+               if shared else "")
+        raise AnsibleFilterError(f"{step.get('name')}: no rank ran on {', '.join(missing)} "
+                                 f"(hosts {data.get('hosts')}){why}")
     if not data.get("params_in_sync"):
         raise AnsibleFilterError(
             f"{step.get('name')}: the ranks' parameters differ after training: the gradient allreduce is wrong"
         )
-    return {"throughput": float(data["total"]), "unit": CPU_UNIT, "ci": data.get("total_ci"),
+    return {"throughput": total, "unit": CPU_UNIT, "ci": data.get("total_ci"),
             "model": data.get("model"), "batch_size": data.get("batch_size"),
             "per_rank": data.get("per_rank"), "loss_first": data.get("loss_first"),
             "loss_last": data.get("loss_last"), "ranks_hosts": data.get("hosts")}
@@ -274,24 +283,36 @@ def benchmark_line_rate(
     divided by the GPUs per node, the form :func:`gpucluster.bench.check_bus_bandwidth` takes.
     """
     gpn = _positive_int(gpus_per_node, "GPUs per node")
-    ports = [p for h in ((rdma or {}).get("hcas") or []) for p in (h.get("ports") or [])
-             if p.get("active") or p.get("state") == "ACTIVE"]
-    total = sum(float(p.get("rate_gbps") or 0) for p in ports)
+    hcas = (rdma if isinstance(rdma, Mapping) else {}).get("hcas") or []
+    ports = [p for h in hcas if isinstance(h, Mapping) for p in (h.get("ports") or []) if isinstance(p, Mapping)
+             and (p.get("active") or p.get("state") == "ACTIVE")]
+    rates = [(p, _rate(p.get("rate_gbps"))) for p in ports]
+    rates = [(p, r) for p, r in rates if r > 0]
+    total = sum(r for _, r in rates)
     if total > 0:
-        names = ", ".join(f"{p.get('netdev') or p.get('port')}" for p in ports)
-        return {"gbit": total / gpn, "source": f"{len(ports)} active RDMA port(s) ({names}), {total:g} Gbit/s "
+        names = ", ".join(f"{p.get('netdev') or p.get('port')}" for p, _ in rates)
+        return {"gbit": total / gpn, "source": f"{len(rates)} active RDMA port(s) ({names}), {total:g} Gbit/s "
                                               f"over {gpn} GPU(s)"}
     nics = [interfaces] if isinstance(interfaces, Mapping) else list(interfaces or [])
-    rated = [(str(n.get("device", "?")), n.get("speed")) for n in nics]
-    rated = [(d, s) for d, s in rated if isinstance(s, int | float) and not isinstance(s, bool) and s > 0]
+    nics = [n if isinstance(n, Mapping) else {"device": str(n)} for n in nics]
+    speeds: dict[str, float] = {}
+    for n in nics:  # each NIC once, however often it is listed
+        speeds.setdefault(str(n.get("device", "?")), _rate(n.get("speed")))
+    rated = {d: v for d, v in speeds.items() if v > 0}
     if rated:
-        speed = sum(s for _, s in rated)
-        where = ", ".join(f"{d} at {s} Mbit/s" for d, s in rated)
-        unrated = [str(n.get("device", "?")) for n in nics if str(n.get("device", "?")) not in dict(rated)]
+        where = ", ".join(f"{d} at {v:g} Mbit/s" for d, v in rated.items())
+        unrated = [d for d in speeds if d not in rated]
         note = f"; no speed for {', '.join(unrated)}" if unrated else ""
-        return {"gbit": speed / 1000 / gpn, "source": f"data NIC(s) {where} over {gpn} GPU(s){note}"}
-    named = ", ".join(str(n.get("device", "?")) for n in nics) or "none"
+        return {"gbit": sum(rated.values()) / 1000 / gpn, "source": f"data NIC(s) {where} over {gpn} GPU(s){note}"}
+    named = ", ".join(speeds) or "none"
     return {"gbit": 0.0, "source": f"no RDMA port and no speed in the facts of the data NIC(s) ({named})"}
+
+
+def _rate(value: Any) -> float:
+    """A positive, finite rate from a fact, else 0 (unknown: -1, None, a string, inf)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if math.isfinite(value) and value > 0 else 0.0
 
 
 def benchmark_nccl_check(text: str, line_rate_gbit: Any, fraction: Any = 0.8) -> dict:

@@ -69,37 +69,63 @@ def k8s_node_labels(gpu: Mapping[str, Any] | None, prefix: str = "gpucluster.io"
 
 def k8s_operator_args(documents: Any, extra_args: Any, manifest: str = "the manifest") -> dict:
     """mpi-operator's install manifest (``documents``: its YAML documents) with ``extra_args``
-    added to the args of container ``mpi-operator`` of Deployment ``mpi-operator``; an earlier
-    ``--gang-scheduling=...`` there is replaced, not repeated, so patching a patched manifest
-    changes nothing. ``{"documents": [...], "error": ""}``; ``error`` names the manifest and the
-    fix where it has no such container to pass the args to (Volcano would then not gang-schedule
-    MPIJobs)."""
+    added to the args of container ``mpi-operator`` of Deployment ``mpi-operator``. Earlier copies
+    of those args and any earlier ``--gang-scheduling`` (``=x`` or ``x`` as the next arg) are
+    dropped first, so patching a patched manifest changes nothing. The input is not changed.
+    ``{"documents": [...], "error": ""}``; ``error`` names the manifest and the fix where it has
+    no such container to pass the args to (Volcano would then not gang-schedule MPIJobs)."""
     docs = [d for d in (documents or []) if d]
-    extra = [str(a) for a in (extra_args or [])]
+    extra = [extra_args] if isinstance(extra_args, str) else [str(a) for a in (extra_args or [])]
     if not extra:
         return {"documents": docs, "error": ""}
     out, found = [], False
     for doc in docs:
-        meta = doc.get("metadata") or {} if isinstance(doc, Mapping) else {}
-        if not (isinstance(doc, Mapping) and doc.get("kind") == "Deployment" and meta.get("name") == "mpi-operator"):
+        meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+        pod = _get(doc, "spec", "template", "spec")
+        if not (isinstance(meta, Mapping) and doc.get("kind") == "Deployment" and meta.get("name") == "mpi-operator"
+                and isinstance(pod, Mapping) and isinstance(pod.get("containers"), list)):
             out.append(doc)
             continue
         containers = []
-        for c in ((doc.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
-            if c.get("name") == "mpi-operator":
+        for c in pod["containers"]:
+            if isinstance(c, Mapping) and c.get("name") == "mpi-operator":
                 found = True
-                args = [a for a in c.get("args") or [] if not re.match(r"^--?gang-scheduling=", str(a))]
-                c = {**c, "args": args + extra}
+                c = {**c, "args": _without(c.get("args"), extra) + extra}
             containers.append(c)
-        spec = dict(doc["spec"])
-        spec["template"] = {**spec["template"], "spec": {**spec["template"]["spec"], "containers": containers}}
-        out.append({**doc, "spec": spec})
+        spec = doc["spec"]
+        template = {**spec["template"], "spec": {**pod, "containers": containers}}
+        out.append({**doc, "spec": {**spec, "template": template}})
     if not found:
         return {"documents": docs, "error": (
             f"{manifest} has no Deployment mpi-operator with a container mpi-operator, so {' '.join(extra)} cannot be "
             f"added and Volcano would not gang-schedule MPIJobs. Fix: leave k8s_mpi_operator_manifest unset (the "
             f"pinned v0.8.2 manifest) or give one of the same shape, or k8s_volcano: false.")}
     return {"documents": out, "error": ""}
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(doc, Mapping):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def _without(args: Any, extra: list[str]) -> list[str]:
+    """``args`` without ``extra`` and without any ``--gang-scheduling`` (with its value)."""
+    args = [args] if isinstance(args, str) else [str(a) for a in (args or [])]
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if re.match(r"^--?gang-scheduling$", a):
+            skip = True
+            continue
+        if a in extra or re.match(r"^--?gang-scheduling=", a):
+            continue
+        out.append(a)
+    return out
 
 
 class FilterModule:

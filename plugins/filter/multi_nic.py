@@ -62,34 +62,50 @@ def _nic_fact(facts, name):
     return next((facts[k] for k in keys if isinstance(facts.get(k), dict)), {})
 
 
+def _mapping(value):
+    """``value`` when it is a mapping, else ``{}`` (a node contract Ansible could not parse is
+    a string: "error loading facts as JSON or ini ...")."""
+    return value if isinstance(value, dict) else {}
+
+
+def _data_nic_names(host_vars):
+    """The data NICs the nccl_env stage published in a node's contract, in order (``[]`` without
+    a contract), and whether the node has a contract at all."""
+    local = _mapping(_mapping(host_vars).get("ansible_local"))
+    contract = _mapping(local.get("gpucluster"))
+    nics = _mapping(contract.get("nccl")).get("data_interfaces") or []
+    return ([str(n) for n in nics] if isinstance(nics, list) else [str(nics)]), bool(contract)
+
+
 def data_nic_facts(host_vars):
     """The facts of every data NIC the nccl_env stage published in a node's contract
-    (``ansible_local.gpucluster.nccl.data_interfaces``), in that order, each with its ``device``
-    name; ``{"device": name}`` for a NIC the facts lack. ``host_vars``: the node's ``hostvars``
-    entry."""
-    host_vars = host_vars or {}
-    contract = (host_vars.get("ansible_local") or {}).get("gpucluster") or {}
-    facts = host_vars.get("ansible_facts") or {}
-    nics = (contract.get("nccl") or {}).get("data_interfaces") or []
-    return [{**_nic_fact(facts, n), "device": str(n)} for n in nics]
+    (``ansible_local.gpucluster.nccl.data_interfaces``), in that order, each once, with its
+    ``device`` name; ``{"device": name}`` for a NIC the facts lack. ``host_vars``: the node's
+    ``hostvars`` entry."""
+    facts = _mapping(_mapping(host_vars).get("ansible_facts"))
+    names, _ = _data_nic_names(host_vars)
+    return [{**_nic_fact(facts, n), "device": n} for n in dict.fromkeys(names)]
+
+
+def _ipv4(fact):
+    """``(address, network)`` of an Ansible interface fact's ``ipv4``; ``None`` without a valid one."""
+    ipv4 = _mapping(_mapping(fact).get("ipv4"))
+    try:
+        address = ipaddress.IPv4Address(str(ipv4.get("address")))
+        network = ipaddress.IPv4Network(f"{address}/{ipv4.get('netmask')}", strict=False)
+    except ValueError:
+        return None
+    return address, network
 
 
 def _data_nic(host_vars):
-    """``(name, IPv4 fact)`` of a node's first data NIC: the first of the ``data_interfaces`` the
-    nccl_env stage published in the node contract (``ansible_local.gpucluster.nccl``), with its
-    address from the node's facts. ``('', {})`` without the contract, ``(name, {})`` without an
-    IPv4 address (or facts)."""
-    host_vars = host_vars or {}
-    contract = (host_vars.get("ansible_local") or {}).get("gpucluster") or {}
-    nics = (contract.get("nccl") or {}).get("data_interfaces") or []
-    if not nics:
-        return "", {}
-    name = str(nics[0])
-    fact = _nic_fact(host_vars.get("ansible_facts") or {}, name)
-    ipv4 = fact.get("ipv4") or {}
-    if not isinstance(ipv4, dict) or not ipv4.get("address") or not ipv4.get("netmask"):
-        return name, {}
-    return name, ipv4
+    """``(name, (address, network) or None, has contract)`` of a node's first data NIC: the
+    first of the ``data_interfaces`` the nccl_env stage published in the node contract, with its
+    address from the node's facts. ``name`` is ``''`` without a data NIC."""
+    names, has_contract = _data_nic_names(host_vars)
+    if not names:
+        return "", None, has_contract
+    return names[0], _ipv4(_nic_fact(_mapping(_mapping(host_vars).get("ansible_facts")), names[0])), has_contract
 
 
 def data_network(host_vars):
@@ -97,43 +113,67 @@ def data_network(host_vars):
     contract or the address is missing (facts not gathered yet, a data NIC without IPv4): the
     caller refuses that, naming its setting (:func:`data_network_problem`). ``host_vars``: the
     node's ``hostvars`` entry. The MPI network of validate and the benchmark."""
-    _, ipv4 = _data_nic(host_vars)
-    return cidr(ipv4) if ipv4 else ""
+    _, got, _ = _data_nic(host_vars)
+    return str(got[1]) if got else ""
+
+
+_CIDR = re.compile(r"\A\d{1,3}(\.\d{1,3}){3}/\d{1,2}\Z")
 
 
 def data_network_problem(network, hostvars, hosts, variable):
     """Why ``network`` (the value of ``variable``) cannot carry MPI between ``hosts``, ``''`` when
-    it can: it must be an IPv4 network holding every node's first data NIC address. A /32 (a
+    it can: an IPv4 network written ``a.b.c.d/N`` (Open MPI's btl_tcp_if_include reads N as a
+    number: a netmask after the '/' would be misread) that holds every node's first data NIC
+    address, those addresses all different, and not 0.0.0.0/0 (which holds every NIC). A /32 (a
     cloud VM's address without its subnet, as on GCP) holds one node only."""
-    hostvars = hostvars or {}
-    hosts = list(hosts or [])
+    hostvars = _mapping(hostvars)
+    hosts = [hosts] if isinstance(hosts, str) else [str(h) for h in hosts or []]
+    text = "" if network is None else str(network).strip()
+    shown = "unset" if not text else repr(str(network))
     fix = (f"Fix: set {variable} to the network that holds every node's first data NIC address as a CIDR "
            f"(e.g. the VPC subnet, 10.0.0.0/24), or give the data NICs addresses in one network.")
+    first = hosts[0] if hosts else "the first node"
+    if not text:
+        nic, _, has_contract = _data_nic(hostvars.get(first))
+        if not has_contract or not nic:
+            return (f"{variable} is {shown}: {first} has no data NIC in its node contract yet, so the default (its "
+                    f"first data NIC's network) is unknown. Fix: run site.yml on {first} first, or set {variable}.")
+        return (f"{variable} is {shown}: the network of {first}'s first data NIC ({nic}, the nccl_env stage's choice), "
+                f"which has no IPv4 address there. {fix}")
     try:
-        net = ipaddress.IPv4Network(str(network), strict=False)
-        if "/" not in str(network):
-            raise ValueError("no prefix")
+        if not _CIDR.match(text):
+            raise ValueError("not a.b.c.d/N")
+        net = ipaddress.IPv4Network(text, strict=False)
     except ValueError:
-        first = hosts[0] if hosts else "the first node"
-        nic, _ = _data_nic(hostvars.get(first))
-        why = (f"the network of {first}'s first data NIC ({nic}, the nccl_env stage's choice), which has no IPv4 "
-               f"address there" if nic and not str(network) else
-               f"{first} has no data NIC in its node contract yet (run site.yml first)" if not str(network) else
-               "not an IPv4 network (a CIDR such as 10.0.0.0/24)")
-        return f"{variable} is {str(network)!r}: {why}. {fix}"
-    outside, none = [], []
+        return f"{variable} is {shown}: not an IPv4 network written a.b.c.d/N (e.g. 10.0.0.0/24). {fix}"
+    if net.prefixlen == 0:
+        return (f"{variable} is {shown}: it holds every address, so MPI would not be kept on the data NICs (any NIC, "
+                f"lo and docker0 included, matches). {fix}")
+    outside, none, uncontracted, seen = [], [], [], {}
     for host in hosts:
-        nic, ipv4 = _data_nic(hostvars.get(host))
-        if not ipv4:
-            none.append(f"{host} ({nic or 'no data NIC in its contract'})")
-        elif ipaddress.IPv4Address(str(ipv4["address"])) not in net:
-            outside.append(f"{host} ({nic} {ipv4['address']})")
+        nic, got, has_contract = _data_nic(hostvars.get(host))
+        if not has_contract or not nic:
+            uncontracted.append(host)
+        elif not got:
+            none.append(f"{host} ({nic})")
+        elif got[0] not in net:
+            outside.append(f"{host} ({nic} {got[0]})")
+        else:
+            seen.setdefault(got[0], []).append(host)
+    if uncontracted:
+        return (f"{', '.join(uncontracted)}: no data NIC in the node contract (the nccl_env stage has not run there), "
+                f"so whether {variable} ({shown}) reaches it is unknown. Fix: run site.yml on "
+                f"{', '.join(uncontracted)} first.")
     if none:
-        return (f"{variable} is {str(network)!r}, but these nodes' first data NIC has no IPv4 address: "
+        return (f"{variable} is {shown}, but these nodes' first data NIC has no IPv4 address: "
                 f"{', '.join(none)}, so MPI has no data network to stay on. {fix}")
     if outside:
-        return (f"{variable} is {str(network)!r}, which does not hold the data NIC address of "
+        return (f"{variable} is {shown}, which does not hold the data NIC address of "
                 f"{', '.join(outside)}: MPI would not reach them on it. {fix}")
+    shared = [f"{a} ({', '.join(h)})" for a, h in seen.items() if len(h) > 1]
+    if shared:
+        return (f"{variable} is {shown}, but nodes share a data NIC address: {'; '.join(shared)}: MPI cannot tell "
+                f"them apart. Fix: give every node's data NIC its own address (rerun site.yml after fixing the NICs).")
     return ""
 
 

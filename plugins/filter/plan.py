@@ -35,14 +35,17 @@ def contract_problem(contract, needs, host, step):
     missing, old = [], []
     for stage, need in (needs or {}).items():
         role, keys = (need.get("role"), need.get("keys") or []) if isinstance(need, dict) else (need, [])
+        role = str(role or stage)
+        keys = [keys] if isinstance(keys, str) else [str(k) for k in keys if k is not None]
         got = contract.get(stage)
         if not isinstance(got, dict):
             missing.append((stage, role))
         elif [k for k in keys if k not in got]:
             old.append(f"{stage} ({', '.join(k for k in keys if k not in got)}; the {role} stage)")
     if missing:
+        roles = ", ".join(dict.fromkeys(r for _, r in missing))
         return (f"{host}: the node contract (ansible_local.gpucluster) has no {', '.join(s for s, _ in missing)} "
-                f"(published by the {', '.join(r for _, r in missing)} stage): this node is not converged. "
+                f"(published by the {roles} stage): this node is not converged. "
                 f"Fix: run site.yml on it first, then {step}.")
     if old:
         return (f"{host}: the node contract (ansible_local.gpucluster) lacks {'; '.join(old)}: it was published by "

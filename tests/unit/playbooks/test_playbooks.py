@@ -163,3 +163,33 @@ def test_k8s_operator_args_refuse_a_manifest_without_the_operator():
     # Nothing to add: nothing to refuse.
     assert k8s_operator_args(docs, [], "m") == {"documents": docs, "error": ""}
     assert k8s_operator_args([None, *docs], None)["documents"] == docs
+
+
+@pytest.mark.parametrize("deploy", [
+    {"kind": "Deployment", "metadata": {"name": "mpi-operator"}},
+    {"kind": "Deployment", "metadata": {"name": "mpi-operator"}, "spec": None},
+    {"kind": "Deployment", "metadata": {"name": "mpi-operator"}, "spec": {"template": None}},
+    {"kind": "Deployment", "metadata": {"name": "mpi-operator"}, "spec": {"template": {"spec": None}}},
+    {"kind": "Deployment", "metadata": {"name": "mpi-operator"},
+     "spec": {"template": {"spec": {"containers": [None]}}}},
+    {"kind": "Deployment", "metadata": None},
+])
+def test_k8s_operator_args_refuse_a_malformed_deployment_with_a_message(deploy):
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+    out = k8s_operator_args([deploy], ["--gang-scheduling=volcano"], "m")
+    assert "has no Deployment mpi-operator with a container mpi-operator" in out["error"]
+
+
+def test_k8s_operator_args_are_idempotent_for_every_arg_and_every_spelling():
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+    deploy = {"kind": "Deployment", "metadata": {"name": "mpi-operator"}, "spec": {"template": {"spec": {
+        "containers": [{"name": "mpi-operator", "args": ["-alsologtostderr", "--gang-scheduling", "none"]}]}}}}
+    extra = ["--gang-scheduling=volcano", "--foo=1"]
+    once = k8s_operator_args([deploy], extra)["documents"]
+    twice = k8s_operator_args(once, extra)["documents"]
+    args = once[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["-alsologtostderr", "--gang-scheduling=volcano", "--foo=1"] and twice == once
+    # One string is one argument, not its letters; the input is left as it was.
+    assert k8s_operator_args([deploy], "--gang-scheduling=volcano")["documents"][0]["spec"]["template"]["spec"][
+        "containers"][0]["args"] == ["-alsologtostderr", "--gang-scheduling=volcano"]
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "none"

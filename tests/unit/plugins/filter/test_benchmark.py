@@ -189,9 +189,28 @@ def test_a_host_name_two_nodes_share_proves_neither(aliases):
     """Two nodes that report the same name: one node's ranks alone would pass for both."""
     step = {**STEP2, "hosts": ["10.0.0.1", "10.0.0.2"]}
     shared = sorted({a for v in aliases.values() for a in v} - {"gpu-b"})[0]
-    with pytest.raises(AnsibleFilterError, match="nodes share a host name") as err:
+    with pytest.raises(AnsibleFilterError, match="shared by several nodes, so their ranks cannot be told apart") as err:
         gb.benchmark_result(cpu_output(hosts=[shared, shared]), step, "lightcc", "cpu", aliases)
-    assert "10.0.0.1, 10.0.0.2" in str(err.value) and "hostnamectl set-hostname" in str(err.value)
+    assert "no rank ran on 10.0.0.1, 10.0.0.2" in str(err.value) and "hostnamectl set-hostname" in str(err.value)
+
+
+def test_a_shared_name_is_no_evidence_but_the_nodes_own_names_still_count():
+    """Default installs share an FQDN (localhost.localdomain); ranks report their unique hostname."""
+    step = {**STEP2, "hosts": ["10.0.0.1", "10.0.0.2"]}
+    aliases = {"10.0.0.1": ["gpu-a", "localhost.localdomain"], "10.0.0.2": ["gpu-b", "localhost.localdomain"]}
+    assert gb.benchmark_result(cpu_output(hosts=["gpu-a", "gpu-b"]), step, "lightcc", "cpu", aliases)["ranks_hosts"]
+    # An alias given as one string is one name; None and blank names are none.
+    assert gb.benchmark_result(cpu_output(hosts=["gpu-a", "gpu-b"]), step, "lightcc", "cpu",
+                               {"10.0.0.1": "gpu-a", "10.0.0.2": ["gpu-b", None, " "]})
+    with pytest.raises(AnsibleFilterError, match="no rank ran on 10.0.0.2"):
+        gb.benchmark_result(cpu_output(hosts=["gpu-a", ""]), step, "lightcc", "cpu", {"10.0.0.1": "gpu-a",
+                                                                                      "10.0.0.2": [" "]})
+
+
+@pytest.mark.parametrize("field", [{"ranks": None}, {"ranks": "two"}, {"total": None}, {"total": "fast"}])
+def test_a_result_with_unreadable_numbers_is_refused_not_a_crash(field):
+    with pytest.raises(AnsibleFilterError, match="not a CPU benchmark result"):
+        gb.benchmark_result(cpu_output(**field), STEP2, "lightcc", "cpu")
 
 
 def test_results_of_a_loop_and_the_report_input():
@@ -246,6 +265,19 @@ def test_line_rate_sums_the_data_nics_not_the_default_routes():
     assert none == {"gbit": 0.0, "source": "no RDMA port and no speed in the facts of the data NIC(s) "
                                           "(ens1f0, ens1f1, eth0.100)"}
     assert gb.benchmark_line_rate({}, [], 8)["source"].endswith("(none)")
+
+
+@pytest.mark.parametrize("rdma, nics, gbit", [
+    # The same NIC listed twice counts once.
+    ({}, [{"device": "eth1", "speed": 100000}, {"device": "eth1", "speed": 100000}], 12.5),
+    # Unknown or nonsense speeds and rates count as none; no crash.
+    ({"hcas": [None, {"ports": [None, {"active": True, "rate_gbps": "200 Gb/sec (4X HDR)"}]}]},
+     ["eth1"], 0.0),
+    ({"hcas": [{"ports": [{"active": True, "rate_gbps": -100}, {"active": True, "rate_gbps": 200}]}]}, [], 25.0),
+    ({}, [{"device": "eth1", "speed": float("inf")}, {"device": "eth2", "speed": True}], 0.0),
+])
+def test_line_rate_counts_each_nic_once_and_only_real_rates(rdma, nics, gbit):
+    assert gb.benchmark_line_rate(rdma, nics, 8)["gbit"] == gbit
 
 
 def test_nccl_check_on_real_outputs():

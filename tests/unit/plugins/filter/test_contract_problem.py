@@ -57,3 +57,12 @@ def test_every_reader_names_stages_the_contract_has(role):
 
 def test_the_filter_is_registered():
     assert FilterModule().filters()["gpucluster_contract_problem"] is contract_problem
+
+
+def test_needs_written_loosely_are_read_as_meant():
+    # One key as a string; a need without a role names the stage; one role missing twice is named once.
+    assert contract_problem({"nccl": {}}, {"nccl": {"role": "nccl_env", "keys": "data_interfaces"}}, "n", "x") == (
+        "n: the node contract (ansible_local.gpucluster) lacks nccl (data_interfaces; the nccl_env stage): it was "
+        "published by an older gpucluster. Fix: run site.yml on it first, then x.")
+    msg = contract_problem({}, {"ssh": None, "a": "training", "b": "training"}, "n", "x")
+    assert "has no ssh, a, b (published by the ssh, training stage)" in msg

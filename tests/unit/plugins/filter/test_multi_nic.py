@@ -125,8 +125,14 @@ def test_a_gcp_slash_32_holds_only_the_first_node_and_is_refused_naming_the_fix(
     ("10.0.0.0", "validate_mpi_network is '10.0.0.0': not an IPv4 network"),
     ("10.0.0.0/33", "not an IPv4 network"),
     ("fd00::/64", "not an IPv4 network"),
-    ("", "validate_mpi_network is '': the network of node-1's first data NIC (eth1, the nccl_env stage's choice), "
+    ("", "validate_mpi_network is unset: the network of node-1's first data NIC (eth1, the nccl_env stage's choice), "
          "which has no IPv4 address there"),
+    (None, "validate_mpi_network is unset"),
+    # Open MPI reads the part after '/' as a number: a netmask there would be misread.
+    ("10.0.0.0/255.255.255.0", "not an IPv4 network written a.b.c.d/N"),
+    ("10.0.0.0/0.0.0.255", "not an IPv4 network written a.b.c.d/N"),
+    (" 10.0.0.0/24x", "not an IPv4 network"),
+    ("0.0.0.0/0", "it holds every address, so MPI would not be kept on the data NICs"),
 ])
 def test_a_value_that_is_no_network_is_refused(network, expect):
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
@@ -138,10 +144,52 @@ def test_a_value_that_is_no_network_is_refused(network, expect):
 def test_a_node_without_a_data_address_or_contract_is_named():
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
     hv = _cluster("10.0.0.5", None)
+    msg = data_network_problem("10.0.0.0/24", hv, list(hv), "validate_mpi_network")
+    assert "first data NIC has no IPv4 address: node-2 (eth1)" in msg and "Fix: set validate_mpi_network" in msg
     hv["node-3"] = {"ansible_local": {}, "ansible_facts": {}}
     msg = data_network_problem("10.0.0.0/24", hv, list(hv), "validate_mpi_network")
-    assert "first data NIC has no IPv4 address: node-2 (eth1), node-3 (no data NIC in its contract)" in msg
-    assert "contract yet (run site.yml first)" in data_network_problem("", {"node-3": hv["node-3"]}, ["node-3"], "v")
+    assert msg.startswith("node-3: no data NIC in the node contract") and msg.endswith("run site.yml on node-3 first.")
+    msg = data_network_problem("", {"node-3": hv["node-3"]}, ["node-3"], "v")
+    assert "node-3 has no data NIC in its node contract yet" in msg
+    assert "Fix: run site.yml on node-3 first, or set v" in msg
+    # A host given as one string is one host, not its letters.
+    assert data_network_problem("10.0.0.0/24", hv, "node-1", "v") == ""
+
+
+@pytest.mark.parametrize("host_vars", [
+    # Ansible stores a .fact file it cannot parse as this string.
+    {"ansible_local": {"gpucluster": "error loading facts as JSON or ini - please check content: /etc/x.fact"}},
+    {"ansible_local": "broken", "ansible_facts": "broken"},
+    None,
+    _node(["eth1"], {"eth1": {"ipv4": {"address": "10.0.0.300", "netmask": "255.255.255.0"}}}),
+    _node(["eth1"], {"eth1": {"ipv4": {"address": "10.0.0.5/24", "netmask": "255.255.255.0"}}}),
+    _node(["eth1"], {"eth1": {"ipv4": {"address": "10.0.0.5", "netmask": "255.0.255.0"}}}),
+    _node("eth1", {"eth1": {"ipv4": "10.0.0.5"}}),
+])
+def test_a_broken_contract_or_fact_is_no_network_and_no_crash(host_vars):
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import (
+        data_network,
+        data_network_problem,
+        data_nic_facts,
+    )
+    assert data_network(host_vars) == ""
+    assert isinstance(data_nic_facts(host_vars), list)
+    msg = data_network_problem("10.0.0.0/24", {"n1": host_vars}, ["n1"], "validate_mpi_network")
+    assert msg.startswith("n1") or "n1 (eth1)" in msg
+
+
+def test_nodes_that_share_a_data_address_are_refused():
+    """Two nodes on one address (a /32 copied to both, a cloned VM): MPI cannot tell them apart."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
+    hv = _cluster("10.0.0.5", "10.0.0.5", netmask="255.255.255.255")
+    msg = data_network_problem("10.0.0.5/32", hv, list(hv), "validate_mpi_network")
+    assert "nodes share a data NIC address: 10.0.0.5 (node-1, node-2)" in msg
+
+
+def test_data_nic_facts_lists_each_nic_once():
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_nic_facts
+    node = _node(["eth1", "eth1", "eth2"], {"eth1": {"speed": 100000}})
+    assert data_nic_facts(node) == [{"speed": 100000, "device": "eth1"}, {"device": "eth2"}]
 
 
 def test_the_filter_is_registered():
