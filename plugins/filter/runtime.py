@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import math
 import os
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.cluster.plugins.module_utils import runtime
+from ansible_collections.gpucluster.cluster.plugins.module_utils import runtime, stage_settings
 
 #: The distribution each runtime is (pip names). light-horovod is the vendor's Horovod build and
 #: imports as ``horovod`` too, so the two cannot be installed side by side.
@@ -343,12 +342,6 @@ def runtime_pip_uninstall(plan: Mapping[str, Any], cfg: Mapping[str, Any]) -> li
     return pip + ["uninstall", "-y", *extra, *plan["uninstall"]]
 
 
-def _abs_path(path: Any) -> str:
-    """An absolute path in one spelling ('//opt/x/' -> '/opt/x'); '' for a relative one."""
-    text = str(path or "")
-    return "/" + posixpath.normpath(text).lstrip("/") if text.startswith("/") else ""
-
-
 def runtime_wheel_dir_problem(volumes: Sequence[str] | None, wheel_dir: str, host: str, container: str) -> str:
     """Why pip in the training container could not read wheels copied to ``wheel_dir`` on the node
     ('' when it can). ``volumes`` are the container's mounts as Docker writes them
@@ -359,27 +352,23 @@ def runtime_wheel_dir_problem(volumes: Sequence[str] | None, wheel_dir: str, hos
         return (f"{host}: the node contract's training stage lists no mounts of {container} (it was published by an "
                 f"older gpucluster), so where pip in it can read wheels is unknown. Fix: rerun site.yml on the node, "
                 f"then the switch.")
-    want = _abs_path(wheel_dir)
+    want = stage_settings.abs_path(wheel_dir)
     fix = ("Fix: leave runtime_wheel_dir unset (wheels/ under the container's bin_dir), or set it to an absolute "
            "directory whose deepest mount in the container is a bind mount of the same node path.")
     mounts = ", ".join(str(v) for v in volumes or []) or "none"
     if not want:
         return (f"{host}: runtime_wheel_dir is {wheel_dir!r}, not an absolute path, so the training container "
                 f"{container} cannot see it at the same path (its mounts: {mounts}). {fix}")
-    best: tuple[str, str, str] | None = None  # (target, source, as written)
-    for volume in volumes or []:
-        parts = str(volume).split(":")
-        if len(parts) < 2:
-            continue
-        target = _abs_path(parts[1])
+    best = None  # the deepest (source, target, spec) whose target holds want
+    for source, target, spec in filter(None, map(stage_settings.parse_mount, volumes or [])):
         holds = bool(target) and (want == target or want.startswith(target.rstrip("/") + "/"))
-        if holds and (best is None or len(target) >= len(best[0])):
-            best = (target, parts[0], str(volume))
-    if best is not None and _abs_path(best[1]) == best[0]:
+        if holds and (best is None or len(target) >= len(best[1])):
+            best = (source, target, spec)
+    if best is not None and stage_settings.abs_path(best[0]) == best[1]:
         return ""
     if best is None:
         why = f"no mount of it holds {want} (its mounts: {mounts})"
-    elif not _abs_path(best[1]):
+    elif not stage_settings.abs_path(best[0]):
         why = f"the deepest mount that holds it is the named volume {best[2]!r}, not the node's directory"
     else:
         why = f"the deepest mount that holds it, {best[2]!r}, shows another node directory there"

@@ -274,16 +274,30 @@ def check_training_container(values):
     return out
 
 
+def abs_path(path):
+    """An absolute path as the kernel resolves it (``//data/``, ``/data/.`` and ``/data`` are
+    ``/data``); ``''`` for a relative one."""
+    text = str(path or "")
+    return "/" + posixpath.normpath(text).lstrip("/") if text.startswith("/") else ""
+
+
+def parse_mount(spec):
+    """``(source, target, spec)`` of a Docker volume ``"src:dest[:mode]"``: ``source`` as written (a
+    node path, or a named volume's name), ``target`` the container path by :func:`abs_path` (``''``
+    when relative); ``None`` for a spec without both parts."""
+    parts = str(spec).split(":")
+    return (parts[0], abs_path(parts[1]), str(spec)) if len(parts) >= 2 else None
+
+
 def duplicate_mounts(volumes):
     """Container paths that two of ``volumes`` ("src:dest[:mode]", the training container's whole
     list: the role's own mounts and ``training_image_extra_volumes``) mount at -> one message each,
     the paths compared as the kernel resolves them (``//data``, ``/data/`` and ``/data`` are one).
     Docker refuses the container ("Duplicate mount point"), after the old one is already removed."""
     seen = {}
-    for spec in volumes or ():
-        parts = str(spec).split(":")
-        if len(parts) >= 2 and parts[1].startswith("/"):
-            seen.setdefault("/" + posixpath.normpath(parts[1]).lstrip("/"), []).append(str(spec))
+    for mount in filter(None, map(parse_mount, volumes or ())):
+        if mount[1]:
+            seen.setdefault(mount[1], []).append(mount[2])
     return [f"{dest} is mounted twice ({', '.join(specs)})" for dest, specs in seen.items() if len(specs) > 1]
 
 
