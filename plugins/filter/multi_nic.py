@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils import multi_nic, netstage
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
@@ -59,13 +60,14 @@ def _nic_fact(facts, name):
     eth0.100); the name as is and the all-'_' spelling are tried too. ``{}`` when absent."""
     name = str(name)
     keys = (name, name.replace("-", "_").replace(":", "_"), re.sub(r"[-.:]", "_", name))
-    return next((facts[k] for k in keys if isinstance(facts.get(k), dict)), {})
+    return next((facts[k] for k in keys if isinstance(facts.get(k), Mapping)), {})
 
 
 def _mapping(value):
-    """``value`` when it is a mapping, else ``{}`` (a node contract Ansible could not parse is
-    a string: "error loading facts as JSON or ini ...")."""
-    return value if isinstance(value, dict) else {}
+    """``value`` when it is a mapping (``hostvars`` and ``hostvars[host]`` are Mappings, not
+    dicts), else ``{}`` (a node contract Ansible could not parse is a string: "error loading
+    facts as JSON or ini ...")."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _data_nic_names(host_vars):

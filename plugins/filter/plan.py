@@ -10,6 +10,8 @@ Examples::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible_collections.gpucluster.cluster.plugins.module_utils import membership, plan
 
 
@@ -31,14 +33,14 @@ def contract_problem(contract, needs, host, step):
     when it is: the node contract (``ansible_local.gpucluster``) must hold every stage in
     ``needs`` (``{contract stage: publishing role}``, or ``{stage: {"role": .., "keys": [..]}}`` for
     the keys an older gpucluster did not publish yet)."""
-    contract = contract if isinstance(contract, dict) else {}
+    contract = contract if isinstance(contract, Mapping) else {}
     missing, old = [], []
     for stage, need in (needs or {}).items():
-        role, keys = (need.get("role"), need.get("keys") or []) if isinstance(need, dict) else (need, [])
+        role, keys = (need.get("role"), need.get("keys") or []) if isinstance(need, Mapping) else (need, [])
         role = str(role or stage)
         keys = [keys] if isinstance(keys, str) else [str(k) for k in keys if k is not None]
         got = contract.get(stage)
-        if not isinstance(got, dict):
+        if not isinstance(got, Mapping):
             missing.append((stage, role))
         elif [k for k in keys if k not in got]:
             old.append(f"{stage} ({', '.join(k for k in keys if k not in got)}; the {role} stage)")

@@ -194,3 +194,24 @@ def test_data_nic_facts_lists_each_nic_once():
 
 def test_the_filter_is_registered():
     assert "gpucluster_data_network_problem" in FILTERS
+
+
+def test_hostvars_as_ansible_passes_them_are_read():
+    """Ansible hands ``hostvars`` and ``hostvars[host]`` to a filter as Mappings that are no dicts
+    (HostVars, HostVarsVars): they must be read like dicts."""
+    from types import MappingProxyType
+
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import (
+        data_network,
+        data_network_problem,
+        data_nic_facts,
+    )
+    from ansible_collections.gpucluster.cluster.plugins.filter.plan import contract_problem
+    hv = {h: MappingProxyType({k: MappingProxyType(v) for k, v in node.items()})
+          for h, node in _cluster("10.0.0.5", "10.0.0.6").items()}
+    hostvars = MappingProxyType(hv)
+    assert data_network(hostvars["node-1"]) == "10.0.0.0/24"
+    assert data_nic_facts(hostvars["node-1"])[0]["device"] == "eth1"
+    assert data_network_problem("10.0.0.0/24", hostvars, ["node-1", "node-2"], "v") == ""
+    contract = MappingProxyType({"nccl": MappingProxyType({"data_interfaces": ["eth1"]})})
+    assert contract_problem(contract, {"nccl": "nccl_env"}, "node-1", "x") == ""
