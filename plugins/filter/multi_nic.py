@@ -119,29 +119,46 @@ def data_network(host_vars):
     return str(got[1]) if got else ""
 
 
+def mpi_network(setting, hostvars, hosts):
+    """The network MPI is pinned to (validate, the benchmark): ``setting`` (validate_mpi_network,
+    benchmark_mpi_network) where set, else the network of the first host's first data NIC
+    (:func:`data_network`; ``''`` where unknown, which :func:`data_network_problem` refuses).
+    The one place the default is decided."""
+    text = "" if setting is None else str(setting).strip()
+    if text:
+        return text
+    hosts = [hosts] if isinstance(hosts, str) else [str(h) for h in hosts or []]
+    return data_network(_mapping(hostvars).get(hosts[0])) if hosts else ""
+
+
 _CIDR = re.compile(r"\A\d{1,3}(\.\d{1,3}){3}/\d{1,2}\Z")
 
 
-def data_network_problem(network, hostvars, hosts, variable):
-    """Why ``network`` (the value of ``variable``) cannot carry MPI between ``hosts``, ``''`` when
-    it can: an IPv4 network written ``a.b.c.d/N`` (Open MPI's btl_tcp_if_include reads N as a
-    number: a netmask after the '/' would be misread) that holds every node's first data NIC
-    address, those addresses all different, and not 0.0.0.0/0 (which holds every NIC). A /32 (a
-    cloud VM's address without its subnet, as on GCP) holds one node only."""
+def data_network_problem(setting, hostvars, hosts, variable):
+    """Why the MPI network that ``setting`` (the value of ``variable``) gives (:func:`mpi_network`:
+    unset means the first node's first data NIC's network) cannot carry MPI between ``hosts``,
+    ``''`` when it can: an IPv4 network written ``a.b.c.d/N`` (Open MPI's btl_tcp_if_include reads
+    N as a number: a netmask after the '/' would be misread) that holds every node's first data
+    NIC address, those addresses all different, and not 0.0.0.0/0 (which holds every NIC). A /32
+    (a cloud VM's address without its subnet, as on GCP) holds one node only."""
     hostvars = _mapping(hostvars)
     hosts = [hosts] if isinstance(hosts, str) else [str(h) for h in hosts or []]
-    text = "" if network is None else str(network).strip()
-    shown = "unset" if not text else repr(str(network))
+    text = "" if setting is None else str(setting).strip()
     fix = (f"Fix: set {variable} to the network that holds every node's first data NIC address as a CIDR "
            f"(e.g. the VPC subnet, 10.0.0.0/24), or give the data NICs addresses in one network.")
     first = hosts[0] if hosts else "the first node"
-    if not text:
+    if text:
+        shown = repr(str(setting))
+    else:
         nic, _, has_contract = _data_nic(hostvars.get(first))
         if not has_contract or not nic:
-            return (f"{variable} is {shown}: {first} has no data NIC in its node contract yet, so the default (its "
+            return (f"{variable} is unset: {first} has no data NIC in its node contract yet, so the default (its "
                     f"first data NIC's network) is unknown. Fix: run site.yml on {first} first, or set {variable}.")
-        return (f"{variable} is {shown}: the network of {first}'s first data NIC ({nic}, the nccl_env stage's choice), "
-                f"which has no IPv4 address there. {fix}")
+        text = mpi_network("", hostvars, hosts)
+        if not text:
+            return (f"{variable} is unset: the network of {first}'s first data NIC ({nic}, the nccl_env stage's "
+                    f"choice), which has no IPv4 address there. {fix}")
+        shown = f"unset, so {first}'s first data NIC's network ({nic}, {text})"
     try:
         if not _CIDR.match(text):
             raise ValueError("not a.b.c.d/N")
@@ -199,7 +216,7 @@ class FilterModule:
         }
         out = {name: value_errors(func, named=True) for name, func in table.items()}
         out["gpucluster_cidr"] = cidr
-        out["gpucluster_data_network"] = data_network
+        out["gpucluster_mpi_network"] = mpi_network
         out["gpucluster_data_network_problem"] = data_network_problem
         out["gpucluster_data_nic_facts"] = data_nic_facts
         return out
