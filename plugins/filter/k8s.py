@@ -67,16 +67,18 @@ def k8s_node_labels(gpu: Mapping[str, Any] | None, prefix: str = "gpucluster.io"
     return labels
 
 
-def k8s_operator_args(documents: Any, extra_args: Any, manifest: str = "the manifest") -> dict:
-    """mpi-operator's install manifest (``documents``: its YAML documents) with ``extra_args``
-    added to the args of container ``mpi-operator`` of Deployment ``mpi-operator``. Earlier copies
-    of those args and any earlier ``--gang-scheduling`` (``=x`` or ``x`` as the next arg) are
-    dropped first, so patching a patched manifest changes nothing. The input is not changed.
-    ``{"documents": [...], "error": ""}``; ``error`` names the manifest and the fix where it has
-    no such container to pass the args to (Volcano would then not gang-schedule MPIJobs)."""
+def k8s_operator_patch(documents: Any, extra_args: Any, manifest: str = "the manifest", image: Any = "") -> dict:
+    """mpi-operator's install manifest (``documents``: its YAML documents) with container
+    ``mpi-operator`` of Deployment ``mpi-operator`` patched: ``extra_args`` added to its args and,
+    where ``image`` is given, that image (the upstream manifest names the moving ``master`` tag).
+    Earlier copies of those args and any earlier ``--gang-scheduling`` (``=x`` or ``x`` as the
+    next arg) are dropped first, so patching a patched manifest changes nothing. The input is not
+    changed. ``{"documents": [...], "error": ""}``; ``error`` names the manifest and the fix where
+    it has no such container to patch."""
     docs = [d for d in (documents or []) if d]
     extra = [extra_args] if isinstance(extra_args, str) else [str(a) for a in (extra_args or [])]
-    if not extra:
+    image = "" if image is None else str(image).strip()
+    if not extra and not image:
         return {"documents": docs, "error": ""}
     out, found = [], False
     for doc in docs:
@@ -90,16 +92,18 @@ def k8s_operator_args(documents: Any, extra_args: Any, manifest: str = "the mani
         for c in pod["containers"]:
             if isinstance(c, Mapping) and c.get("name") == "mpi-operator":
                 found = True
-                c = {**c, "args": _without(c.get("args"), extra) + extra}
+                c = {**c, "args": _without(c.get("args"), extra) + extra, **({"image": image} if image else {})}
             containers.append(c)
         spec = doc["spec"]
         template = {**spec["template"], "spec": {**pod, "containers": containers}}
         out.append({**doc, "spec": {**spec, "template": template}})
     if not found:
+        what = " and ".join(([" ".join(extra) + " cannot be added (Volcano would not gang-schedule MPIJobs)"]
+                             if extra else []) + ([f"the image {image} cannot be set"] if image else []))
         return {"documents": docs, "error": (
-            f"{manifest} has no Deployment mpi-operator with a container mpi-operator, so {' '.join(extra)} cannot be "
-            f"added and Volcano would not gang-schedule MPIJobs. Fix: leave k8s_mpi_operator_manifest unset (the "
-            f"pinned v0.8.2 manifest) or give one of the same shape, or k8s_volcano: false.")}
+            f"{manifest} has no Deployment mpi-operator with a container mpi-operator, so {what}. Fix: leave "
+            f"k8s_mpi_operator_manifest unset (the pinned v0.8.2 manifest) or give one of the same shape"
+            f"{', or k8s_volcano: false' if extra else ''}{', or k8s_mpi_operator_image: empty' if image else ''}.")}
     return {"documents": out, "error": ""}
 
 
@@ -133,5 +137,5 @@ class FilterModule:
         return {
             "gpucluster_k8s_node_labels": k8s_node_labels,
             "gpucluster_k8s_label_value": label_value,
-            "gpucluster_k8s_operator_args": k8s_operator_args,
+            "gpucluster_k8s_operator_patch": k8s_operator_patch,
         }

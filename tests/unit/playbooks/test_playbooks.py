@@ -4,6 +4,7 @@ and what the k8s role expects of the pinned mpi-operator manifest is what the ma
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -87,11 +88,11 @@ def test_reboot_point_does_nothing_without_a_reason(tmp_path):
 
 
 def _patched_operator_manifest(tmp_path, volcano, manifest=MANIFEST):
-    """The documents the k8s role applies for mpi-operator (gpucluster_k8s_operator_args with the
+    """The documents the k8s role applies for mpi-operator (gpucluster_k8s_operator_patch with the
     role's extra args for ``volcano``)."""
-    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
     docs = [d for d in yaml.safe_load_all(Path(manifest).read_text()) if d]
-    out = k8s_operator_args(docs, ["--gang-scheduling=volcano"] if volcano else [], str(manifest))
+    out = k8s_operator_patch(docs, ["--gang-scheduling=volcano"] if volcano else [], str(manifest))
     assert out["error"] == ""
     return json.loads(json.dumps(out["documents"], default=str))
 
@@ -135,14 +136,18 @@ def test_k8s_volcano_starts_mpi_operator_with_gang_scheduling(tmp_path):
 def test_k8s_apply_applies_the_patched_documents_once():
     """One writer: the one kubernetes.core.k8s server-side apply applies the documents the
     manifests step patched; the operator's Deployment is never patched afterwards."""
-    tasks = yaml.safe_load((ROOT / "roles/k8s/tasks/main.yml").read_text())
+    top = yaml.safe_load((ROOT / "roles/k8s/tasks/main.yml").read_text())
+    tasks = [t for task in top for t in [task, *task.get("block", [])]]
     applies = [t for t in tasks if "kubernetes.core.k8s" in t]
     assert len(applies) == 1
     assert applies[0]["kubernetes.core.k8s"]["definition"] == "{{ k8s_manifest_documents[item.name] }}"
     assert applies[0]["kubernetes.core.k8s"]["server_side_apply"]["field_manager"] == "gpucluster"
     assert tasks.index(next(t for t in tasks if "include_tasks" in str(t))) < tasks.index(applies[0])
+    # Every call reaches the API the kubeconfig and context name (tests/unit/playbooks/test_k8s_playbook.py).
+    api = next(t for t in top if "block" in t and applies[0] in t["block"])
+    assert api["module_defaults"] == {"group/kubernetes.core.k8s": "{{ __k8s_api }}"}
     manifests = (ROOT / "roles/k8s/tasks/manifests.yml").read_text()
-    assert "gpucluster_k8s_operator_args(__k8s_mpi_operator_extra_args" in manifests
+    assert "gpucluster_k8s_operator_patch(__k8s_mpi_operator_extra_args" in manifests
     labels = (ROOT / "roles/k8s/tasks/labels.yml").read_text()
     assert "state: patched\n    api_version: v1\n    kind: Node" in labels
     role = "".join(p.read_text() for p in (ROOT / "roles/k8s/tasks").glob("*.yml"))
@@ -151,18 +156,18 @@ def test_k8s_apply_applies_the_patched_documents_once():
     assert "k8s_volcano" in k8s_vars["__k8s_mpi_operator_extra_args"]  # the var that installs Volcano
 
 
-def test_k8s_operator_args_refuse_a_manifest_without_the_operator():
-    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+def test_k8s_operator_patch_refuse_a_manifest_without_the_operator():
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}},
             {"kind": "Deployment", "metadata": {"name": "mpi-operator"},
              "spec": {"template": {"spec": {"containers": [{"name": "other", "args": []}]}}}}]
-    out = k8s_operator_args(docs, ["--gang-scheduling=volcano"], "k8s_mpi_operator_manifest '/srv/m.yaml'")
+    out = k8s_operator_patch(docs, ["--gang-scheduling=volcano"], "k8s_mpi_operator_manifest '/srv/m.yaml'")
     assert out["error"].startswith("k8s_mpi_operator_manifest '/srv/m.yaml' has no Deployment mpi-operator with a "
                                    "container mpi-operator, so --gang-scheduling=volcano cannot be added")
     assert "Fix: leave k8s_mpi_operator_manifest unset" in out["error"] and out["documents"] == docs
     # Nothing to add: nothing to refuse.
-    assert k8s_operator_args(docs, [], "m") == {"documents": docs, "error": ""}
-    assert k8s_operator_args([None, *docs], None)["documents"] == docs
+    assert k8s_operator_patch(docs, [], "m") == {"documents": docs, "error": ""}
+    assert k8s_operator_patch([None, *docs], None)["documents"] == docs
 
 
 @pytest.mark.parametrize("deploy", [
@@ -174,22 +179,43 @@ def test_k8s_operator_args_refuse_a_manifest_without_the_operator():
      "spec": {"template": {"spec": {"containers": [None]}}}},
     {"kind": "Deployment", "metadata": None},
 ])
-def test_k8s_operator_args_refuse_a_malformed_deployment_with_a_message(deploy):
-    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
-    out = k8s_operator_args([deploy], ["--gang-scheduling=volcano"], "m")
+def test_k8s_operator_patch_refuse_a_malformed_deployment_with_a_message(deploy):
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
+    out = k8s_operator_patch([deploy], ["--gang-scheduling=volcano"], "m")
     assert "has no Deployment mpi-operator with a container mpi-operator" in out["error"]
 
 
-def test_k8s_operator_args_are_idempotent_for_every_arg_and_every_spelling():
-    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_args
+def test_k8s_operator_patch_pins_the_image_and_only_the_image():
+    """The pinned v0.8.2 manifest runs the moving master tag; the role's default is the release's tag."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
+    defaults = yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())
+    image = defaults["k8s_mpi_operator_image"]
+    version = re.search(r"mpi-operator-v(\d+\.\d+\.\d+)\.yaml", MANIFEST.name).group(1)
+    assert image == f"mpioperator/mpi-operator:{version}"
+    original = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    patched = k8s_operator_patch(original, [], "m", image)["documents"]
+    deploy = next(d for d in patched if d["kind"] == "Deployment")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == image and container["args"] == _operator_args(original)
+    before = next(d for d in original if d["kind"] == "Deployment")
+    assert before["spec"]["template"]["spec"]["containers"][0]["image"] == "mpioperator/mpi-operator:master"
+    assert [d for d in patched if d is not deploy] == [d for d in original if d is not before]
+    assert k8s_operator_patch(patched, [], "m", image)["documents"] == patched
+    out = k8s_operator_patch([{"kind": "Namespace", "metadata": {"name": "x"}}], [], "m", image)
+    assert "so the image mpioperator/mpi-operator:0.8.2 cannot be set" in out["error"]
+    assert "k8s_mpi_operator_image: empty" in out["error"] and "k8s_volcano" not in out["error"]
+
+
+def test_k8s_operator_patch_are_idempotent_for_every_arg_and_every_spelling():
+    from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
     deploy = {"kind": "Deployment", "metadata": {"name": "mpi-operator"}, "spec": {"template": {"spec": {
         "containers": [{"name": "mpi-operator", "args": ["-alsologtostderr", "--gang-scheduling", "none"]}]}}}}
     extra = ["--gang-scheduling=volcano", "--foo=1"]
-    once = k8s_operator_args([deploy], extra)["documents"]
-    twice = k8s_operator_args(once, extra)["documents"]
+    once = k8s_operator_patch([deploy], extra)["documents"]
+    twice = k8s_operator_patch(once, extra)["documents"]
     args = once[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["-alsologtostderr", "--gang-scheduling=volcano", "--foo=1"] and twice == once
     # One string is one argument, not its letters; the input is left as it was.
-    assert k8s_operator_args([deploy], "--gang-scheduling=volcano")["documents"][0]["spec"]["template"]["spec"][
+    assert k8s_operator_patch([deploy], "--gang-scheduling=volcano")["documents"][0]["spec"]["template"]["spec"][
         "containers"][0]["args"] == ["-alsologtostderr", "--gang-scheduling=volcano"]
     assert deploy["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "none"
