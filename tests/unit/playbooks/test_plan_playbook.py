@@ -57,6 +57,10 @@ def test_the_plan_of_a_gpu_less_node_comes_back_as_json_and_changes_nothing(tmp_
     assert c["network_mode"] == "host" and c["privileged"] is True and c["shm_size"] == "32g"
     assert "memlock:-1:-1" in c["ulimits"] and "/opt/gpucluster/bin:/opt/gpucluster/bin:ro" in c["volumes"]
     assert c["env"] == {k: v for k, v in c["env"].items() if k.startswith("HOROVOD_")} and c["env"], c["env"]
+    # The plan says where each layer of that environment comes from: no NCCL layer before any converge.
+    assert c["env_layers"][0] == "NCCL: none yet (this run's network stage adds it to the node contract)"
+    assert c["env_layers"][1] == "training_image_env: none"
+    assert c["env_layers"][2].startswith("runtime profile: HOROVOD_"), c["env_layers"]
     # no stage ran on this machine: an empty node contract (ansible_local.gpucluster)
     assert p["contract"] == {}
     assert not (tmp_path / "run.lock").exists(), "plan took the run lock"
@@ -66,7 +70,8 @@ def test_the_table_names_every_key(tmp_path):
     r = _cli(tmp_path, _inventory(tmp_path, gpucluster_slots_per_node=1))
     assert r.returncode == 0, r.stdout + r.stderr
     for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1", "container",
-                "image=registry.example.com:5000/team/train:1.0", "shm_size=32g", "env LIGHT_INTRA_SIZE=1", "contract"):
+                "image=registry.example.com:5000/team/train:1.0", "shm_size=32g", "env LIGHT_INTRA_SIZE=1", "contract",
+                "env_layers", "NCCL: none yet"):
         assert key in r.stdout, (key, r.stdout)
 
 
