@@ -100,10 +100,12 @@ def k8s_operator_patch(documents: Any, extra_args: Any, manifest: str = "the man
     if not found:
         what = " and ".join(([" ".join(extra) + " cannot be added (Volcano would not gang-schedule MPIJobs)"]
                              if extra else []) + ([f"the image {image} cannot be set"] if image else []))
+        instead = " and ".join((["k8s_volcano: false"] if extra else [])
+                               + (['k8s_mpi_operator_image: ""'] if image else []))
         return {"documents": docs, "error": (
             f"{manifest} has no Deployment mpi-operator with a container mpi-operator, so {what}. Fix: leave "
-            f"k8s_mpi_operator_manifest unset (the pinned v0.8.2 manifest) or give one of the same shape"
-            f"{', or k8s_volcano: false' if extra else ''}{', or k8s_mpi_operator_image: empty' if image else ''}.")}
+            f"k8s_mpi_operator_manifest unset (the pinned v0.8.2 manifest) or give one of the same shape, or set "
+            f"{instead}.")}
     return {"documents": out, "error": ""}
 
 

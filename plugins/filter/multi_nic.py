@@ -158,7 +158,7 @@ def data_network_problem(setting, hostvars, hosts, variable):
         if not text:
             return (f"{variable} is unset: the network of {first}'s first data NIC ({nic}, the nccl_env stage's "
                     f"choice), which has no IPv4 address there. {fix}")
-        shown = f"unset, so {first}'s first data NIC's network ({nic}, {text})"
+        shown = f"unset, so it is {first}'s first data NIC's network ({text}, {nic})"
     try:
         if not _CIDR.match(text):
             raise ValueError("not a.b.c.d/N")

@@ -107,9 +107,12 @@ def render(plans: dict, console: Console) -> None:
                     value = {k: v for k, v in value.items() if not isinstance(v, (dict, list))}
                 if key == "container" and isinstance(value, dict):
                     # Flags one a line; the environment's variables each on a line of their own.
+                    # The layers' sources each on a line of their own too (a layer names several keys).
                     env = value.get("env") or {}
-                    value = {**{k: v for k, v in value.items() if k != "env"},
-                             **{f"env {k}": v for k, v in env.items()}}
+                    layers = value.get("env_layers") or []
+                    value = {**{k: v for k, v in value.items() if k not in ("env", "env_layers")},
+                             **{f"env {k}": v for k, v in env.items()},
+                             **{f"env_layers {i}": v for i, v in enumerate(layers, 1)}}
                 table.add_row(key, escape(_cell(value)))
         if "contract" in plan:
             table.add_row("contract", escape(_contract_cell(plan["contract"])))

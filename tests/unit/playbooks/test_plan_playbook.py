@@ -71,8 +71,17 @@ def test_the_table_names_every_key(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for key in ("gpus", "slots", "nics", "hugepages", "runtime", "runtime_env", "LIGHT_INTRA_SIZE=1", "container",
                 "image=registry.example.com:5000/team/train:1.0", "shm_size=32g", "env LIGHT_INTRA_SIZE=1", "contract",
-                "env_layers", "NCCL: none yet"):
+                "env_layers 1=NCCL: none yet", "env_layers 2=training_image_env: none"):
         assert key in r.stdout, (key, r.stdout)
+
+
+def test_the_plan_says_an_nccl_layer_is_the_inventorys(tmp_path):
+    inv = _inventory(tmp_path, gpucluster_slots_per_node=1, training_image_nccl_env={"NCCL_DEBUG": "INFO"})
+    r = _cli(tmp_path, inv, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = json.loads(r.stdout)["node-x"]["container"]
+    assert c["env"]["NCCL_DEBUG"] == "INFO"
+    assert c["env_layers"][0] == "NCCL: training_image_nccl_env as the inventory sets it: NCCL_DEBUG"
 
 
 def test_a_node_without_gpus_and_without_ranks_is_refused_naming_the_fix(tmp_path):

@@ -87,12 +87,20 @@ def test_reboot_point_does_nothing_without_a_reason(tmp_path):
     assert "TASK [reboot_point : Reboot the node]" not in out
 
 
+def _pinned_image():
+    """The image the k8s role gives the pinned manifest's operator (vars/main.yml, where
+    k8s_mpi_operator_image and k8s_mpi_operator_manifest are unset)."""
+    text = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())["__k8s_mpi_operator_image"]
+    assert yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())["k8s_mpi_operator_image"] == ""
+    return re.search(r"else '([^']+)'\)", text).group(1)
+
+
 def _patched_operator_manifest(tmp_path, volcano, manifest=MANIFEST):
     """The documents the k8s role applies for mpi-operator (gpucluster_k8s_operator_patch with the
-    role's extra args for ``volcano``)."""
+    role's extra args for ``volcano`` and the pinned manifest's image)."""
     from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
     docs = [d for d in yaml.safe_load_all(Path(manifest).read_text()) if d]
-    out = k8s_operator_patch(docs, ["--gang-scheduling=volcano"] if volcano else [], str(manifest))
+    out = k8s_operator_patch(docs, ["--gang-scheduling=volcano"] if volcano else [], str(manifest), _pinned_image())
     assert out["error"] == ""
     return json.loads(json.dumps(out["documents"], default=str))
 
@@ -115,11 +123,14 @@ def test_k8s_volcano_starts_mpi_operator_with_gang_scheduling(tmp_path):
 
     patched = _patched_operator_manifest(tmp_path, True)
     assert _operator_args(patched) == _operator_args(original) + ["--gang-scheduling=volcano"]
-    # Only the args change: every other document and field is the manifest's.
+    # Only the args and the image change: every other document and field is the manifest's.
     for before, after in zip(original, patched, strict=True):
         if before["kind"] == "Deployment":
             after = json.loads(json.dumps(after))
-            after["spec"]["template"]["spec"]["containers"][0]["args"] = _operator_args(original)
+            container = after["spec"]["template"]["spec"]["containers"][0]
+            assert container["image"] == _pinned_image()
+            container["args"] = _operator_args(original)
+            container["image"] = before["spec"]["template"]["spec"]["containers"][0]["image"]
         assert after == json.loads(json.dumps(before, default=str))
     # Idempotent: patching the patched manifest (or one with another --gang-scheduling) changes nothing.
     again = tmp_path / "again.yaml"
@@ -129,8 +140,11 @@ def test_k8s_volcano_starts_mpi_operator_with_gang_scheduling(tmp_path):
     _operator_args(other)[-1] = "--gang-scheduling=scheduler-plugins"
     again.write_text(yaml.safe_dump_all(other))
     assert _patched_operator_manifest(tmp_path, True, again) == patched
-    # Without Volcano the manifest is applied as it is.
-    assert _patched_operator_manifest(tmp_path, False) == json.loads(json.dumps(original, default=str))
+    # Without Volcano the manifest is applied as it is, but for the release's image.
+    plain = _patched_operator_manifest(tmp_path, False)
+    assert _operator_args(plain) == _operator_args(original)
+    assert [d for d in plain if d["kind"] != "Deployment"] == json.loads(json.dumps(
+        [d for d in original if d["kind"] != "Deployment"], default=str))
 
 
 def test_k8s_apply_applies_the_patched_documents_once():
@@ -188,8 +202,7 @@ def test_k8s_operator_patch_refuse_a_malformed_deployment_with_a_message(deploy)
 def test_k8s_operator_patch_pins_the_image_and_only_the_image():
     """The pinned v0.8.2 manifest runs the moving master tag; the role's default is the release's tag."""
     from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
-    defaults = yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())
-    image = defaults["k8s_mpi_operator_image"]
+    image = _pinned_image()
     version = re.search(r"mpi-operator-v(\d+\.\d+\.\d+)\.yaml", MANIFEST.name).group(1)
     assert image == f"mpioperator/mpi-operator:{version}"
     original = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
@@ -203,7 +216,10 @@ def test_k8s_operator_patch_pins_the_image_and_only_the_image():
     assert k8s_operator_patch(patched, [], "m", image)["documents"] == patched
     out = k8s_operator_patch([{"kind": "Namespace", "metadata": {"name": "x"}}], [], "m", image)
     assert "so the image mpioperator/mpi-operator:0.8.2 cannot be set" in out["error"]
-    assert "k8s_mpi_operator_image: empty" in out["error"] and "k8s_volcano" not in out["error"]
+    assert out["error"].endswith('or set k8s_mpi_operator_image: "".') and "k8s_volcano" not in out["error"]
+    ns = [{"kind": "Namespace", "metadata": {"name": "x"}}]
+    both = k8s_operator_patch(ns, ["--gang-scheduling=volcano"], "m", image)
+    assert both["error"].endswith('or set k8s_volcano: false and k8s_mpi_operator_image: "".'), both["error"]
 
 
 def test_k8s_operator_patch_are_idempotent_for_every_arg_and_every_spelling():

@@ -123,9 +123,11 @@ def test_a_gcp_slash_32_holds_only_the_first_node_and_is_refused_naming_the_fix(
 def test_the_mpi_network_is_the_setting_or_the_first_nodes_data_network():
     """One place decides the default of validate_mpi_network and benchmark_mpi_network."""
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem, mpi_network
-    hv = _cluster("10.0.0.5", "10.0.0.6")
+    hv = _cluster("10.0.0.5", "10.0.1.6")
     assert mpi_network("", hv, list(hv)) == "10.0.0.0/24"
-    assert mpi_network(None, hv, ["node-2", "node-1"]) == "10.0.0.0/24"
+    # The first host given, not the first in hostvars.
+    assert mpi_network(None, hv, ["node-2", "node-1"]) == "10.0.1.0/24"
+    hv = _cluster("10.0.0.5", "10.0.0.6")
     assert mpi_network(" 10.0.0.0/16 ", hv, list(hv)) == "10.0.0.0/16"
     assert mpi_network("", hv, []) == ""
     assert mpi_network("", hv, "node-1") == "10.0.0.0/24"
@@ -134,8 +136,8 @@ def test_the_mpi_network_is_the_setting_or_the_first_nodes_data_network():
     gcp = _cluster("10.128.0.5", "10.128.0.6", netmask="255.255.255.255")
     assert mpi_network("", gcp, list(gcp)) == "10.128.0.5/32"
     msg = data_network_problem("", gcp, list(gcp), "benchmark_mpi_network")
-    assert msg.startswith("benchmark_mpi_network is unset, so node-1's first data NIC's network (eth1, 10.128.0.5/32), "
-                          "which does not hold the data NIC address of node-2 (eth1 10.128.0.6)")
+    assert msg.startswith("benchmark_mpi_network is unset, so it is node-1's first data NIC's network (10.128.0.5/32, "
+                          "eth1), which does not hold the data NIC address of node-2 (eth1 10.128.0.6)")
     assert "Fix: set benchmark_mpi_network to the network" in msg
 
 
