@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-MANIFEST = ROOT / "roles/k8s/files/mpi-operator-v0.8.2.yaml"
+K8S_VERSION = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())["__k8s_mpi_operator_version"]
+MANIFEST = ROOT / f"roles/k8s/files/mpi-operator-v{K8S_VERSION}.yaml"
 
 
 @pytest.mark.parametrize("name", ["runtime.yml", "benchmark.yml", "k8s.yml", "training.yml", "reboot.yml",
@@ -28,14 +29,17 @@ def test_k8s_defaults_point_at_the_pinned_manifest_it_checks():
     k8s_vars = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())
     defaults = yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())
     assert defaults["k8s_mpi_operator_manifest"] == ""
-    assert "role_path ~ '/files/mpi-operator-v0.8.2.yaml'" in k8s_vars["__k8s_mpi_operator_source"]
+    assert "role_path ~ '/files/mpi-operator-v' ~ __k8s_mpi_operator_version ~ '.yaml'" in " ".join(
+        k8s_vars["__k8s_mpi_operator_source"].split())
+    assert MANIFEST.is_file()
     assert "volcano-sh/volcano/v1.9.0/" in defaults["k8s_volcano_manifest"]
     docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
     assert crd["metadata"]["name"] == "mpijobs.kubeflow.org"
     assert "v2beta1" in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
     # The CRD gpucluster validates MPIJobs against (the Python package's copy) is the one installed.
-    pkg_crd = yaml.safe_load((ROOT / "src/gpucluster/data/mpi-operator-v0.8.2/kubeflow.org_mpijobs.yaml").read_text())
+    pkg_crd_path = ROOT / f"src/gpucluster/data/mpi-operator-v{K8S_VERSION}/kubeflow.org_mpijobs.yaml"
+    pkg_crd = yaml.safe_load(pkg_crd_path.read_text())
     assert pkg_crd["spec"]["versions"] == crd["spec"]["versions"]
     deploy = next(d for d in docs if d["kind"] == "Deployment")
     assert (deploy["metadata"]["name"], deploy["metadata"]["namespace"]) == ("mpi-operator", "mpi-operator")
@@ -92,7 +96,8 @@ def _pinned_image():
     k8s_mpi_operator_image and k8s_mpi_operator_manifest are unset)."""
     text = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())["__k8s_mpi_operator_image"]
     assert yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())["k8s_mpi_operator_image"] == ""
-    return re.search(r"else '([^']+)'\)", text).group(1)
+    assert "else 'mpioperator/mpi-operator:' ~ __k8s_mpi_operator_version)" in text
+    return f"mpioperator/mpi-operator:{K8S_VERSION}"
 
 
 def _patched_operator_manifest(tmp_path, volcano, manifest=MANIFEST):
