@@ -376,14 +376,31 @@ def runtime_wheel_dir_problem(volumes: Sequence[str] | None, wheel_dir: str, hos
             f"the same path: {why}, so pip in it could not read the wheels copied there. {fix}")
 
 
+def runtime_plugin_placement(state: Mapping[str, Any]) -> str:
+    """Where a node's NCCL net plugin library is, in words, from runtime_node_state's placement
+    (plugin_in_place, plugin_aside and both paths, as tasks/main.yml read them)."""
+    if _truthy(state.get("plugin_in_place")):
+        return f"in place at {state.get('plugin_path')}"
+    if _truthy(state.get("plugin_aside")):
+        return f"moved aside to {state.get('plugin_aside_path')}"
+    return f"absent ({state.get('plugin_path')})"
+
+
+def _truthy(value: Any) -> bool:
+    # set_fact may hand a templated boolean over as its string form.
+    return value is True or str(value).strip().lower() == "true"
+
+
 def runtime_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per node: ``node-1  horovod  horovod 0.28.1  plugin: moved aside``."""
+    """One line per node: ``node-1  runs horovod  (recorded horovod; horovod 0.28.1; NCCL net plugin
+    moved aside to ...)``."""
     out = []
     width = max([len(str(r.get("host", ""))) for r in rows] + [4])
     for r in rows:
         pkgs = ", ".join(f"{k} {v}" for k, v in (r.get("packages") or {}).items() if v) or "no Horovod package"
         out.append(f"{str(r.get('host', '')).ljust(width)}  runs {r.get('runtime')}  "
-                   f"(recorded {r.get('recorded') or 'nothing'}; {pkgs}; NCCL net plugin {r.get('plugin')})")
+                   f"(recorded {r.get('recorded') or 'nothing'}; {pkgs}; "
+                   f"NCCL net plugin {runtime_plugin_placement(r)})")
     return out
 
 
@@ -402,5 +419,6 @@ class FilterModule:
             "gpucluster_runtime_plan": runtime_plan,
             "gpucluster_runtime_pip_uninstall": runtime_pip_uninstall,
             "gpucluster_runtime_table": runtime_table,
+            "gpucluster_runtime_plugin_placement": runtime_plugin_placement,
             "gpucluster_runtime_wheel_dir_problem": runtime_wheel_dir_problem,
         }

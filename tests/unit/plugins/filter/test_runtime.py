@@ -244,11 +244,28 @@ def test_unknown_target():
         rt.runtime_plan(probe(), "mpich", cfg())
 
 
+def _placement(in_place, aside):
+    return {"plugin_path": "/p", "plugin_aside_path": "/p.disabled", "plugin_in_place": in_place,
+            "plugin_aside": aside}
+
+
 def test_table_line_per_node():
     rows = [{"host": "node-1", "runtime": "horovod", "recorded": "horovod", "packages": {"horovod": "0.28.1",
-             "light-horovod": None}, "plugin": "moved aside to /p.disabled"}]
+             "light-horovod": None}, **_placement(False, True)}]
     assert rt.runtime_table(rows) == [
         "node-1  runs horovod  (recorded horovod; horovod 0.28.1; NCCL net plugin moved aside to /p.disabled)"]
+
+
+@pytest.mark.parametrize(("in_place", "aside", "words"), [
+    (True, False, "in place at /p"),
+    ("True", False, "in place at /p"),  # set_fact's string form of a templated boolean
+    (False, True, "moved aside to /p.disabled"),
+    ("False", "True", "moved aside to /p.disabled"),
+    (False, False, "absent (/p)"),
+    (True, True, "in place at /p"),  # both: NCCL loads the one in place (check.yml refuses this before a switch)
+])
+def test_plugin_placement_in_words_from_the_data(in_place, aside, words):
+    assert rt.runtime_plugin_placement(_placement(in_place, aside)) == words
 
 
 # --- the container probe -------------------------------------------------------------------------
