@@ -84,6 +84,30 @@ def test_the_plan_says_an_nccl_layer_is_the_inventorys(tmp_path):
     assert c["env_layers"][0] == "NCCL: training_image_nccl_env as the inventory sets it: NCCL_DEBUG"
 
 
+def test_the_plan_says_an_nccl_layer_is_the_contracts(tmp_path):
+    """After a converge the NCCL layer is the node contract's (its nccl stage's container_env, given
+    here as the fact ansible_local would read, through playbooks/plan.yml as gpucluster plan runs it)."""
+    inv = _inventory(tmp_path, gpucluster_slots_per_node=1)
+    out = tmp_path / "plan.json"
+    contract = {"gpucluster": {"nccl": {"container_env": {"NCCL_SOCKET_IFNAME": "eth1"}}}}
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/plan.yml",
+                        "-e", json.dumps({"plan_out": str(out), "ansible_local": contract})],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = json.loads(out.read_text())["node-x"]["container"]
+    assert c["env"]["NCCL_SOCKET_IFNAME"] == "eth1"
+    assert c["env_layers"][0].startswith("NCCL: the node contract as the last converge left it"), c["env_layers"]
+    # The inventory's own NCCL layer is the inventory's, even with a contract there.
+    inv = _inventory(tmp_path, gpucluster_slots_per_node=1, training_image_nccl_env={"NCCL_DEBUG": "INFO"})
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/plan.yml",
+                        "-e", json.dumps({"plan_out": str(out), "ansible_local": contract})],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = json.loads(out.read_text())["node-x"]["container"]
+    assert "NCCL_SOCKET_IFNAME" not in c["env"], c["env"]
+    assert c["env_layers"][0] == "NCCL: training_image_nccl_env as the inventory sets it: NCCL_DEBUG"
+
+
 def test_a_node_without_gpus_and_without_ranks_is_refused_naming_the_fix(tmp_path):
     r = _cli(tmp_path, _inventory(tmp_path))
     out = r.stdout + r.stderr
