@@ -110,25 +110,24 @@ def _data_nic(host_vars):
     return names[0], _ipv4(_nic_fact(_mapping(_mapping(host_vars).get("ansible_facts")), names[0])), has_contract
 
 
-def data_network(host_vars):
-    """The network (IPv4 CIDR) of a node's first data NIC (:func:`_data_nic`); ``''`` where the
-    contract or the address is missing (facts not gathered yet, a data NIC without IPv4): the
-    caller refuses that, naming its setting (:func:`data_network_problem`). ``host_vars``: the
-    node's ``hostvars`` entry. The MPI network of validate and the benchmark."""
-    _, got, _ = _data_nic(host_vars)
-    return str(got[1]) if got else ""
+def _default_mpi_network(hostvars, hosts):
+    """The default MPI network and what it is read from, in one read: ``(first host, its first
+    data NIC's name, that NIC's network or '', whether the host has a contract)``. The one place
+    the default is decided: the network of the first host's first data NIC (:func:`_data_nic`)."""
+    first = hosts[0] if hosts else "the first node"
+    nic, got, has_contract = _data_nic(_mapping(hostvars).get(first)) if hosts else ("", None, False)
+    return first, nic, (str(got[1]) if got else ""), has_contract
 
 
 def mpi_network(setting, hostvars, hosts):
     """The network MPI is pinned to (validate, the benchmark): ``setting`` (validate_mpi_network,
     benchmark_mpi_network) where set, else the network of the first host's first data NIC
-    (:func:`data_network`; ``''`` where unknown, which :func:`data_network_problem` refuses).
-    The one place the default is decided."""
+    (:func:`_default_mpi_network`; ``''`` where unknown, which :func:`data_network_problem` refuses)."""
     text = "" if setting is None else str(setting).strip()
     if text:
         return text
     hosts = [hosts] if isinstance(hosts, str) else [str(h) for h in hosts or []]
-    return data_network(_mapping(hostvars).get(hosts[0])) if hosts else ""
+    return _default_mpi_network(hostvars, hosts)[2]
 
 
 _CIDR = re.compile(r"\A\d{1,3}(\.\d{1,3}){3}/\d{1,2}\Z")
@@ -150,11 +149,10 @@ def data_network_problem(setting, hostvars, hosts, variable):
     if text:
         shown = repr(str(setting))
     else:
-        nic, _, has_contract = _data_nic(hostvars.get(first))
+        first, nic, text, has_contract = _default_mpi_network(hostvars, hosts)
         if not has_contract or not nic:
             return (f"{variable} is unset: {first} has no data NIC in its node contract yet, so the default (its "
                     f"first data NIC's network) is unknown. Fix: run site.yml on {first} first, or set {variable}.")
-        text = mpi_network("", hostvars, hosts)
         if not text:
             return (f"{variable} is unset: the network of {first}'s first data NIC ({nic}, the nccl_env stage's "
                     f"choice), which has no IPv4 address there. {fix}")

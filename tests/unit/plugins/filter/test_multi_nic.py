@@ -60,11 +60,16 @@ def _node(nics, facts):
     return {"ansible_local": {"gpucluster": {"nccl": {"data_interfaces": nics}}}, "ansible_facts": facts}
 
 
+def data_network(host_vars):
+    """The default MPI network of a one-node cluster whose node has ``host_vars``."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import mpi_network
+    return mpi_network("", {"n": host_vars}, ["n"])
+
+
 def test_the_data_network_is_the_first_data_nics_not_the_default_routes():
     facts = {"default_ipv4": {"address": "192.168.1.5", "netmask": "255.255.255.0", "interface": "eno1"},
              "ens1f0": {"ipv4": {"address": "10.20.0.7", "netmask": "255.255.0.0"}},
              "bond0_100": {"ipv4": {"address": "10.30.0.7", "netmask": "255.255.255.0"}}}
-    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network
     assert data_network(_node(["ens1f0", "bond0.100"], facts)) == "10.20.0.0/16"
     # A name with '.' or '-' is looked up as Ansible keys its fact: '-' and ':' become '_', a VLAN's
     # '.' stays (eth0.100); the all-'_' spelling is accepted too (bond0.100 -> bond0_100).
@@ -86,7 +91,6 @@ def test_the_data_network_is_the_first_data_nics_not_the_default_routes():
     _node(["eth0"], {"eth0": {"ipv4": [{"address": "10.0.0.1"}]}}),  # not a fact Ansible writes
 ])
 def test_no_data_network_is_an_empty_answer_the_caller_refuses(node):
-    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network
     assert data_network(node) == ""
 
 
@@ -97,7 +101,7 @@ def _cluster(*addresses, netmask="255.255.255.0", nic="eth1"):
 
 
 def test_a_network_that_holds_every_nodes_data_nic_is_accepted():
-    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network, data_network_problem
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
     hv = _cluster("10.0.0.5", "10.0.0.6", "10.0.0.7")
     network = data_network(hv["node-1"])
     assert network == "10.0.0.0/24"
@@ -110,7 +114,7 @@ def test_a_network_that_holds_every_nodes_data_nic_is_accepted():
 
 def test_a_gcp_slash_32_holds_only_the_first_node_and_is_refused_naming_the_fix():
     """GCP gives each VM a /32 and routes the subnet: the first node's network is its own address."""
-    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network, data_network_problem
+    from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import data_network_problem
     hv = _cluster("10.128.0.5", "10.128.0.6", netmask="255.255.255.255")
     network = data_network(hv["node-1"])
     assert network == "10.128.0.5/32"
@@ -189,7 +193,6 @@ def test_a_node_without_a_data_address_or_contract_is_named():
 ])
 def test_a_broken_contract_or_fact_is_no_network_and_no_crash(host_vars):
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import (
-        data_network,
         data_network_problem,
         data_nic_facts,
     )
@@ -223,15 +226,15 @@ def test_hostvars_as_ansible_passes_them_are_read():
     from types import MappingProxyType
 
     from ansible_collections.gpucluster.cluster.plugins.filter.multi_nic import (
-        data_network,
         data_network_problem,
         data_nic_facts,
+        mpi_network,
     )
     from ansible_collections.gpucluster.cluster.plugins.filter.plan import contract_problem
     hv = {h: MappingProxyType({k: MappingProxyType(v) for k, v in node.items()})
           for h, node in _cluster("10.0.0.5", "10.0.0.6").items()}
     hostvars = MappingProxyType(hv)
-    assert data_network(hostvars["node-1"]) == "10.0.0.0/24"
+    assert mpi_network("", hostvars, ["node-1", "node-2"]) == "10.0.0.0/24"
     assert data_nic_facts(hostvars["node-1"])[0]["device"] == "eth1"
     assert data_network_problem("10.0.0.0/24", hostvars, ["node-1", "node-2"], "v") == ""
     contract = MappingProxyType({"nccl": MappingProxyType({"data_interfaces": ["eth1"]})})
