@@ -145,7 +145,6 @@ def data_network_problem(setting, hostvars, hosts, variable):
     text = "" if setting is None else str(setting).strip()
     fix = (f"Fix: set {variable} to the network that holds every node's first data NIC address as a CIDR "
            f"(e.g. the VPC subnet, 10.0.0.0/24), or give the data NICs addresses in one network.")
-    first = hosts[0] if hosts else "the first node"
     if text:
         shown = repr(str(setting))
     else:

@@ -379,16 +379,11 @@ def runtime_wheel_dir_problem(volumes: Sequence[str] | None, wheel_dir: str, hos
 def runtime_plugin_placement(state: Mapping[str, Any]) -> str:
     """Where a node's NCCL net plugin library is, in words, from runtime_node_state's placement
     (plugin_in_place, plugin_aside and both paths, as tasks/main.yml read them)."""
-    if _truthy(state.get("plugin_in_place")):
+    if state.get("plugin_in_place") is True:
         return f"in place at {state.get('plugin_path')}"
-    if _truthy(state.get("plugin_aside")):
+    if state.get("plugin_aside") is True:
         return f"moved aside to {state.get('plugin_aside_path')}"
     return f"absent ({state.get('plugin_path')})"
-
-
-def _truthy(value: Any) -> bool:
-    # set_fact may hand a templated boolean over as its string form.
-    return value is True or str(value).strip().lower() == "true"
 
 
 def runtime_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -4,7 +4,6 @@ and what the k8s role expects of the pinned mpi-operator manifest is what the ma
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -40,6 +39,8 @@ def test_k8s_defaults_point_at_the_pinned_manifest_it_checks():
     # The CRD gpucluster validates MPIJobs against (the Python package's copy) is the one installed.
     pkg_crd_path = ROOT / f"src/gpucluster/data/mpi-operator-v{K8S_VERSION}/kubeflow.org_mpijobs.yaml"
     pkg_crd = yaml.safe_load(pkg_crd_path.read_text())
+    from gpucluster.mpijob import CRD_RESOURCE
+    assert CRD_RESOURCE[1] == pkg_crd_path.parent.name, "gpucluster launch checks MPIJobs against another release"
     assert pkg_crd["spec"]["versions"] == crd["spec"]["versions"]
     deploy = next(d for d in docs if d["kind"] == "Deployment")
     assert (deploy["metadata"]["name"], deploy["metadata"]["namespace"]) == ("mpi-operator", "mpi-operator")
@@ -94,10 +95,12 @@ def test_reboot_point_does_nothing_without_a_reason(tmp_path):
 def _pinned_image():
     """The image the k8s role gives the pinned manifest's operator (vars/main.yml, where
     k8s_mpi_operator_image and k8s_mpi_operator_manifest are unset)."""
+    import jinja2
     text = yaml.safe_load((ROOT / "roles/k8s/vars/main.yml").read_text())["__k8s_mpi_operator_image"]
-    assert yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())["k8s_mpi_operator_image"] == ""
-    assert "else 'mpioperator/mpi-operator:' ~ __k8s_mpi_operator_version)" in text
-    return f"mpioperator/mpi-operator:{K8S_VERSION}"
+    defaults = yaml.safe_load((ROOT / "roles/k8s/defaults/main.yml").read_text())
+    assert defaults["k8s_mpi_operator_image"] == "" and defaults["k8s_mpi_operator_manifest"] == ""
+    return jinja2.Template(text).render(k8s_mpi_operator_image="", k8s_mpi_operator_manifest="",
+                                        __k8s_mpi_operator_version=K8S_VERSION).strip()
 
 
 def _patched_operator_manifest(tmp_path, volcano, manifest=MANIFEST):
@@ -208,8 +211,7 @@ def test_k8s_operator_patch_pins_the_image_and_only_the_image():
     """The pinned v0.8.2 manifest runs the moving master tag; the role's default is the release's tag."""
     from ansible_collections.gpucluster.cluster.plugins.filter.k8s import k8s_operator_patch
     image = _pinned_image()
-    version = re.search(r"mpi-operator-v(\d+\.\d+\.\d+)\.yaml", MANIFEST.name).group(1)
-    assert image == f"mpioperator/mpi-operator:{version}"
+    assert image == "mpioperator/mpi-operator:0.8.2"
     original = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     patched = k8s_operator_patch(original, [], "m", image)["documents"]
     deploy = next(d for d in patched if d["kind"] == "Deployment")

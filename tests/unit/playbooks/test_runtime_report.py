@@ -52,6 +52,8 @@ def test_a_plugin_where_the_plugin_stage_decided_passes(tmp_path, target, in_pla
 
 @pytest.mark.parametrize(("target", "in_place", "aside", "loaded", "where", "would"), [
     ("horovod", True, False, False, "in place at /opt/p/libnccl-net.so", "load"),
+    # in place as the contract says, but horovod must never load it
+    ("horovod", True, False, True, "in place at /opt/p/libnccl-net.so", "load"),
     ("lightcc", False, True, True, "moved aside to /opt/p/libnccl-net.so.disabled", "not load"),
     ("lightcc", True, False, False, "in place at /opt/p/libnccl-net.so", "load"),
 ])

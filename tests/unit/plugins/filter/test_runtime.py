@@ -258,9 +258,7 @@ def test_table_line_per_node():
 
 @pytest.mark.parametrize(("in_place", "aside", "words"), [
     (True, False, "in place at /p"),
-    ("True", False, "in place at /p"),  # set_fact's string form of a templated boolean
     (False, True, "moved aside to /p.disabled"),
-    ("False", "True", "moved aside to /p.disabled"),
     (False, False, "absent (/p)"),
     (True, True, "in place at /p"),  # both: NCCL loads the one in place (check.yml refuses this before a switch)
 ])
