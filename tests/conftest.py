@@ -9,13 +9,30 @@ Real captured outputs live in ``tests/fixtures`` (a copy of ``../shared/fixtures
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+# This virtual environment's tools (ansible-playbook, gpucluster).
+BIN = Path(sys.executable).parent
 
+
+def ansible_env(home, **extra) -> dict[str, str]:
+    """The environment a test runs this venv's ansible-playbook or gpucluster in: the checkout's
+    ansible.cfg, the venv's tools first on PATH, the test's own HOME, no colour in the output."""
+    return {"PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+            "HOME": str(home), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **extra}
+
+
+def run_tool(tool, *args, home, cwd=ROOT, timeout=120, **env) -> subprocess.CompletedProcess:
+    """``tool`` (ansible-playbook, gpucluster) from this venv with ``args``, in ansible_env(home),
+    its output captured as text."""
+    return subprocess.run([str(BIN / tool), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=ansible_env(home, **env))
 
 
 @pytest.fixture

@@ -6,14 +6,11 @@ fact gathering reads the same from the node."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import run_tool
 
 
 def _run(tmp_path, tasks):
@@ -22,10 +19,7 @@ def _run(tmp_path, tasks):
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "Contract", "hosts": "all", "gather_facts": False, "tasks": tasks}]))
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(book)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120,
-                       env={"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-                            "HOME": str(tmp_path), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    r = run_tool("ansible-playbook", "-i", inv, book, home=tmp_path)
     return r, r.stdout + r.stderr
 
 

@@ -5,14 +5,11 @@ the apply, naming the kubeconfig's server or context: that proves the wiring, no
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import ROOT, run_tool
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -26,12 +23,9 @@ current-context: here
 def _run(tmp_path, *extra):
     kc = tmp_path / "kubeconfig"
     kc.write_text(KUBECONFIG)
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "HOME": str(tmp_path),
-           "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", str(ROOT / "playbooks" / "k8s.yml"),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"k8s_kubeconfig={kc}", *extra],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    return run_tool("ansible-playbook", "-i", "localhost,", ROOT / "playbooks" / "k8s.yml",
+                    "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"k8s_kubeconfig={kc}", *extra,
+                    home=tmp_path, cwd=tmp_path, timeout=300)
 
 
 @pytest.mark.parametrize("extra, expect", [

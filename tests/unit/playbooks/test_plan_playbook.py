@@ -5,15 +5,13 @@ fix, and nothing on the node changes (no lock is taken)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import run_tool
 
 
 def _inventory(tmp_path, **host):
@@ -28,14 +26,14 @@ def _inventory(tmp_path, **host):
     return inv
 
 
-def _env(tmp_path):
-    return {"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "HOME": str(tmp_path),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-
-
 def _cli(tmp_path, inv, *args):
-    return subprocess.run([str(BIN / "gpucluster"), "plan", "-i", str(inv), *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    return run_tool("gpucluster", "plan", "-i", inv, *args, home=tmp_path, cwd=tmp_path, timeout=300)
+
+
+def _plan_book(tmp_path, inv, out, **extra_vars):
+    """playbooks/plan.yml as gpucluster plan runs it, its JSON written to ``out``."""
+    return run_tool("ansible-playbook", "-i", inv, "playbooks/plan.yml",
+                    "-e", json.dumps({"plan_out": str(out), **extra_vars}), home=tmp_path, timeout=300)
 
 
 def test_the_plan_of_a_gpu_less_node_comes_back_as_json_and_changes_nothing(tmp_path):
@@ -90,18 +88,14 @@ def test_the_plan_says_an_nccl_layer_is_the_contracts(tmp_path):
     inv = _inventory(tmp_path, gpucluster_slots_per_node=1)
     out = tmp_path / "plan.json"
     contract = {"gpucluster": {"nccl": {"container_env": {"NCCL_SOCKET_IFNAME": "eth1"}}}}
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/plan.yml",
-                        "-e", json.dumps({"plan_out": str(out), "ansible_local": contract})],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    r = _plan_book(tmp_path, inv, out, ansible_local=contract)
     assert r.returncode == 0, r.stdout + r.stderr
     c = json.loads(out.read_text())["node-x"]["container"]
     assert c["env"]["NCCL_SOCKET_IFNAME"] == "eth1"
     assert c["env_layers"][0].startswith("NCCL: the node contract as the last converge left it"), c["env_layers"]
     # The inventory's own NCCL layer is the inventory's, even with a contract there.
     inv = _inventory(tmp_path, gpucluster_slots_per_node=1, training_image_nccl_env={"NCCL_DEBUG": "INFO"})
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/plan.yml",
-                        "-e", json.dumps({"plan_out": str(out), "ansible_local": contract})],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    r = _plan_book(tmp_path, inv, out, ansible_local=contract)
     assert r.returncode == 0, r.stdout + r.stderr
     c = json.loads(out.read_text())["node-x"]["container"]
     assert "NCCL_SOCKET_IFNAME" not in c["env"], c["env"]
@@ -170,8 +164,7 @@ def test_launch_takes_what_the_spec_leaves_out_from_the_nodes(tmp_path):
     spec.write_text(yaml.safe_dump({"name": "cpu-job", "image": "registry.example:5000/train:1",
                                     "command": ["python3", "train.py"], "network_interface": "eth0",
                                     "nccl_env": {"NCCL_SOCKET_IFNAME": "=eth0"}}))
-    r = subprocess.run([str(BIN / "gpucluster"), "launch", str(spec), "--mpirun", "-i", str(inv)], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    r = run_tool("gpucluster", "launch", spec, "--mpirun", "-i", inv, home=tmp_path, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     line = r.stdout.strip()
     assert " -np 2 " in line and "-H node-x:2" in line, line  # nodes and ranks from the plan
@@ -179,7 +172,6 @@ def test_launch_takes_what_the_spec_leaves_out_from_the_nodes(tmp_path):
     # this machine never ran the nccl_env stage: a spec without nccl_env is refused, naming the fix
     spec.write_text(yaml.safe_dump({"name": "cpu-job", "image": "registry.example:5000/train:1",
                                     "command": ["python3", "train.py"], "network_interface": "eth0"}))
-    r = subprocess.run([str(BIN / "gpucluster"), "launch", str(spec), "--mpirun", "-i", str(inv)], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    r = run_tool("gpucluster", "launch", spec, "--mpirun", "-i", inv, home=tmp_path, cwd=tmp_path, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "node-x has no NCCL settings yet (the nccl_env stage has not run there)" in r.stderr

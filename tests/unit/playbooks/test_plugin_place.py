@@ -7,15 +7,13 @@ library is left alone."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import run_tool
+
 LIB = "libnccl-net-harp.so"
 
 
@@ -30,11 +28,7 @@ def _place(tmp_path, **extra):
              **extra}
     ev = tmp_path / "extra.yml"
     ev.write_text(yaml.safe_dump(extra))
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "-e", f"@{ev}", str(book)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120,
-                       env={"PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1",
-                            "ANSIBLE_FORCE_COLOR": "0", "HOME": str(tmp_path),
-                            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    r = run_tool("ansible-playbook", "-i", inv, "-e", f"@{ev}", book, home=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     m = re.search(r"node-x\s*:\s*ok=\d+\s+changed=(\d+)", out)

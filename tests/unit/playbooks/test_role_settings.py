@@ -6,14 +6,10 @@ precedence, so the inventory and ``-e`` still win (run for real below)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import ROOT, run_tool
 
 #: Facts a stage sets while it runs (not settings): a playbook reads them with a default for a
 #: stage that did not run (the reboot point: which stage asks for a reboot).
@@ -56,12 +52,10 @@ def test_the_import_gives_the_roles_value_and_the_inventory_wins(tmp_path):
             "msg": "name={{ training_image_container_name }} "
                    "lib={{ nccl_net_plugin_dir }}/{{ __nccl_net_plugin_file }}"}}],
     }]))
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(tmp_path),
-           "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles")}
 
     def run(*extra):
-        r = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book), *extra],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        r = run_tool("ansible-playbook", "-i", "localhost,", "-c", "local", book, *extra, home=tmp_path,
+                     ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
 

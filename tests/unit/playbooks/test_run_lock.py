@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import run_tool
 
 
 def _play(tmp_path, *, unlock=False, **extra):
@@ -32,10 +30,7 @@ def _play(tmp_path, *, unlock=False, **extra):
     extra.setdefault("preflight_lock_path", str(tmp_path / "gpucluster/run.lock"))
     ev = tmp_path / "extra.yml"
     ev.write_text(yaml.safe_dump(extra))
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "-e", f"@{ev}", str(book)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120,
-                       env={"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-                            "HOME": str(tmp_path), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    r = run_tool("ansible-playbook", "-i", inv, "-e", f"@{ev}", book, home=tmp_path)
     return r, r.stdout + r.stderr
 
 
@@ -124,9 +119,7 @@ def test_unlock_never_removes_another_runs_lock(tmp_path):
                                      "tasks": [{"name": "Unlock", "ansible.builtin.include_role": {
                                          "name": "preflight", "tasks_from": "unlock.yml"}}]}]))
     _play(tmp_path)  # writes the inventory; refused
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "-e",
-                        f"preflight_lock_path={_lock(tmp_path)}", str(book)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120, env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
-                                                    "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    r = run_tool("ansible-playbook", "-i", tmp_path / "hosts.yml", "-e", f"preflight_lock_path={_lock(tmp_path)}",
+                 book, home=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(_lock(tmp_path).read_text())["id"] == "other-run"

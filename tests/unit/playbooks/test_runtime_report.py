@@ -5,15 +5,12 @@ misplaced fails, saying where the library is in words."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
+from tests.conftest import run_tool
 
 
 def _report(tmp_path, target, in_place, aside, loaded):
@@ -29,10 +26,7 @@ def _report(tmp_path, target, in_place, aside, loaded):
         {"name": "Report", "ansible.builtin.include_role": {"name": "gpucluster.cluster.runtime",
                                                               "tasks_from": "report"},
          "vars": {"runtime_target": target}}]}]))
-    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(book)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120,
-                       env={"PATH": f"{BIN}:/usr/bin:/bin", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-                            "HOME": str(tmp_path), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    r = run_tool("ansible-playbook", "-i", inv, book, home=tmp_path)
     return r.returncode, " ".join((r.stdout + r.stderr).split())
 
 
