@@ -1,0 +1,106 @@
+"""The strategy's controller-side skip (plugins/strategy/mitogen_linear.py, controller_skip): a
+task whose condition is false for a host gets, without a worker, the result a worker gives it.
+Each playbook runs for real on this machine (connection local) under the strategy and under
+Ansible's own linear strategy, in an interpreter that counts the workers forked; what the tasks
+registered, the recap and the errors must be the same, with fewer forks only where a task was
+skipped by its condition."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, ROOT, ansible_env
+
+# ansible-playbook in an interpreter that writes the number of workers it forked to FORKS.
+COUNTING = textwrap.dedent("""
+    import atexit, os, sys
+    import ansible.executor.process.worker as worker
+    started = []
+    real = worker.WorkerProcess.start
+    def start(self):
+        started.append(1)
+        return real(self)
+    worker.WorkerProcess.start = start
+    atexit.register(lambda: open(os.environ["FORKS"], "w").write(str(len(started))))
+    from ansible.cli.playbook import main
+    sys.argv = ["ansible-playbook", *sys.argv[1:]]
+    main()
+""")
+
+TASKS = [
+    {"name": "Skipped by a false variable", "ansible.builtin.command": "false", "when": "flag",
+     "register": "r_flag"},
+    {"name": "Skipped by the play context's connection", "ansible.builtin.command": "false",
+     "when": "ansible_connection != 'local'", "register": "r_conn"},
+    {"name": "Runs where the play context says local", "ansible.builtin.set_fact": {"ran_local": True},
+     "when": "ansible_connection == 'local'", "register": "r_local"},
+    {"name": "A block", "when": "not flag", "block": [
+        {"name": "Skipped by its own condition inside a true block", "ansible.builtin.set_fact": {"x": 1},
+         "when": ["flag or none_true", "ansible_check_mode is defined"], "register": "r_block"}]},
+    {"name": "Conditions per item", "ansible.builtin.debug": {"msg": "{{ item }}"}, "loop": [1, 2],
+     "when": "item == 2", "register": "r_loop"},
+    {"name": "Skipped include", "ansible.builtin.include_tasks": "missing.yml", "when": "flag"},
+    {"name": "Skipped with no_log", "ansible.builtin.command": "false", "when": "flag", "no_log": True,
+     "register": "r_nolog"},
+    {"name": "Skipped run_once", "ansible.builtin.command": "false", "when": "flag", "run_once": True,
+     "register": "r_once"},
+    {"name": "Write what was registered", "ansible.builtin.copy": {
+        "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
+        "content": "{{ {'flag': r_flag, 'conn': r_conn, 'local': r_local, 'block': r_block, 'loop': r_loop,"
+                   " 'nolog': r_nolog, 'once': r_once} | to_json }}"}},
+]
+
+
+def _run(tmp_path, arm, tasks, extra_vars=None):
+    book = tmp_path / "book.yml"
+    book.write_text(yaml.safe_dump([{"name": "Conditions", "hosts": "all", "gather_facts": False,
+                                     "vars": {"flag": False, "none_true": False}, "tasks": tasks}]))
+    out, forks = tmp_path / f"{arm}.json", tmp_path / f"{arm}.forks"
+    written = tmp_path / f"{arm}.json.node-a"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node-a": {}, "node-b": {}}}}))
+    r = subprocess.run([sys.executable, "-c", COUNTING, "-i", str(inv), "-c", "local",
+                        "-e", f"ansible_python_interpreter={sys.executable}",
+                        "-e", json.dumps({"out": str(out), **(extra_vars or {})}), str(book)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=ansible_env(tmp_path, FORKS=str(forks), PATH=f"{BIN}:/usr/bin:/bin",
+                                       ANSIBLE_STRATEGY=arm))
+    recap = re.findall(r"^node-\w\s+:.*$", r.stdout, re.M)  # the PLAY RECAP lines
+    return r, (json.loads(written.read_text()) if written.exists() else None), int(forks.read_text()), recap
+
+
+def test_a_false_condition_is_skipped_in_the_controller_with_the_workers_result(tmp_path):
+    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", TASKS)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", TASKS)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    # Every registered result is the one Ansible's own worker gives, the recap is the same.
+    assert got == want
+    assert ours_recap == plain_recap and len(ours_recap) == 2
+    assert got["flag"] == {"changed": False, "skipped": True, "skip_reason": "Conditional result was False",
+                           "false_condition": "flag"}
+    assert got["conn"]["false_condition"] == "ansible_connection != 'local'"
+    assert got["local"]["ansible_facts"] == {"ran_local": True}
+    assert got["block"]["false_condition"] == "flag or none_true"
+    assert [i.get("skipped", False) for i in got["loop"]["results"]] == [True, False]
+    assert got["nolog"]["skipped"] is True
+    # Fewer forks by the skipped task-hosts only: flag, conn, block, include, no_log on 2 hosts, run_once on 1.
+    assert plain_forks - ours_forks == 5 * 2 + 1, (plain_forks, ours_forks)
+
+
+@pytest.mark.parametrize("when", ["no_such_variable", "flag | no_such_filter"])
+def test_a_condition_that_raises_fails_as_in_the_worker(tmp_path, when):
+    tasks = [{"name": "Broken condition", "ansible.builtin.debug": {"msg": "x"}, "when": when}]
+    ours, _, _, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+    plain, _, _, plain_recap = _run(tmp_path, "linear", tasks)
+    assert ours.returncode == plain.returncode == 2, ours.stdout + ours.stderr
+    assert ours_recap == plain_recap
+    fatal = sorted(line for line in ours.stdout.splitlines() if line.startswith("fatal:"))
+    assert len(fatal) == 2 and fatal == sorted(line for line in plain.stdout.splitlines() if line.startswith("fatal:"))
