@@ -16,7 +16,7 @@ import textwrap
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT, ansible_env
+from tests.conftest import ROOT, ansible_env
 
 # ansible-playbook in an interpreter that writes the number of workers it forked to FORKS.
 COUNTING = textwrap.dedent("""
@@ -58,7 +58,7 @@ TASKS = [
 ]
 
 
-def _run(tmp_path, arm, tasks, extra_vars=None):
+def _run(tmp_path, arm, tasks):
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "Conditions", "hosts": "all", "gather_facts": False,
                                      "vars": {"flag": False, "none_true": False}, "tasks": tasks}]))
@@ -68,10 +68,9 @@ def _run(tmp_path, arm, tasks, extra_vars=None):
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"node-a": {}, "node-b": {}}}}))
     r = subprocess.run([sys.executable, "-c", COUNTING, "-i", str(inv), "-c", "local",
                         "-e", f"ansible_python_interpreter={sys.executable}",
-                        "-e", json.dumps({"out": str(out), **(extra_vars or {})}), str(book)],
+                        "-e", json.dumps({"out": str(out)}), str(book)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env=ansible_env(tmp_path, FORKS=str(forks), PATH=f"{BIN}:/usr/bin:/bin",
-                                       ANSIBLE_STRATEGY=arm))
+                       env=ansible_env(tmp_path, FORKS=str(forks), ANSIBLE_STRATEGY=arm))
     recap = re.findall(r"^node-\w\s+:.*$", r.stdout, re.M)  # the PLAY RECAP lines
     return r, (json.loads(written.read_text()) if written.exists() else None), int(forks.read_text()), recap
 
