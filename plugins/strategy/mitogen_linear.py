@@ -137,10 +137,7 @@ def controller_skip(host, task, task_vars, play_context, loader):
         except Exception:  # noqa: BLE001 the worker raises it again, with the task's context
             return None
         result = dict(changed=False, skipped=True, skip_reason="Conditional result was False") | false_condition
-        try:
-            task.update_result_no_log(templar, result)  # a no_log that does not template: the worker's failure
-        except Exception:  # noqa: BLE001 the worker reports it as the task's result
-            return None
+        task.update_result_no_log(templar, result)  # never raises: a no_log that does not template masks
     if found := warnings.get_warnings():
         result["warnings"] = found
     if found := warnings.get_deprecation_warnings():

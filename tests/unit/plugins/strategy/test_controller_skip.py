@@ -97,7 +97,7 @@ def test_a_false_condition_is_skipped_in_the_controller_with_the_workers_result(
 @pytest.mark.parametrize(("when", "no_log", "rc"), [
     ("no_such_variable", False, 2),
     ("flag | no_such_filter", False, 2),
-    # A false condition with a no_log that does not template: whatever Ansible's worker makes of it.
+    # A false condition with a no_log that does not template: masked with a warning, as in the worker.
     ("flag", "{{ no_such_variable }}", None),
 ])
 def test_a_condition_that_raises_ends_as_in_the_worker(tmp_path, when, no_log, rc):
