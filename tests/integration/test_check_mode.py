@@ -3,9 +3,11 @@ change (or, where it needs what an earlier stage installs, that the real run doe
 on the nodes or the controller changes, and the run exits 0.
 
 Runs first among the sandbox tests (scripts/test.sh order), on the nodes ``gpucluster sandbox
-up`` makes, before the bootstrap converges them. Check mode fetches apt's package lists on a
-node that has none (a cache, not configuration), so /etc, /opt, the run lock, the installed
-packages and the controller's cluster key are compared before and after.
+up`` makes, before the bootstrap converges them; a node an earlier run converged is replaced
+first (``fresh_nodes``), so every assertion holds on every run instead of only on a fresh one.
+Check mode fetches apt's package lists on a node that has none (a cache, not configuration),
+so /etc, /opt, the run lock, the installed packages and the controller's cluster key are
+compared before and after.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 
 import pytest
 
+from tests.docker_env import docker_client
 from tests.integration.conftest import INVENTORY, playbook, recap, run, sandbox_nodes
 from tests.integration.conftest import node_exec as exec_on
 
@@ -27,11 +30,35 @@ def _state(nodes):
     return {n: exec_on(n, "sh", "-c", STATE) for n in nodes}
 
 
-def test_check_on_fresh_nodes_shows_the_plan_changes_nothing_and_exits_0():
+# Packages site.yml installs on every node (host stack and Docker stage): a node with one of
+# them is not fresh.
+CONVERGED_BY = {"rdma-core", "docker.io"}
+
+
+def _converged(node: str) -> set[str]:
+    return CONVERGED_BY & set(exec_on(node, "dpkg-query", "-W", "-f", "${Package}\n").split())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_nodes() -> list[str]:
+    """Three nodes as ``gpucluster sandbox up`` makes them. A node an earlier run converged (a
+    sandbox kept from a previous session) is removed with its Docker volume and made again."""
     run("gpucluster", "sandbox", "up", "--nodes", "3")
+    stale = [n for n in sandbox_nodes() if _converged(n)]
+    if stale:
+        client = docker_client()
+        for n in stale:
+            client.containers.get(f"gpucluster-{n}").remove(force=True, v=True)
+            client.volumes.get(f"gpucluster-{n}-docker").remove(force=True)
+        run("gpucluster", "sandbox", "up", "--nodes", "3")
     nodes = sandbox_nodes()
     assert nodes == ["node-1", "node-2", "node-3"]
-    fresh = all("docker.io" not in exec_on(n, "dpkg-query", "-W", "-f", "${Package}\n", check=False) for n in nodes)
+    assert {n: _converged(n) for n in nodes} == {n: set() for n in nodes}
+    return nodes
+
+
+def test_check_on_fresh_nodes_shows_the_plan_changes_nothing_and_exits_0(fresh_nodes):
+    nodes = fresh_nodes
     key = INVENTORY.parent / ".cluster-key"
     key_before = key.exists()
     before = _state(nodes)
@@ -42,16 +69,15 @@ def test_check_on_fresh_nodes_shows_the_plan_changes_nothing_and_exits_0():
     assert sorted(rc) == nodes and all(v["failed"] == 0 and v["unreachable"] == 0 for v in rc.values()), rc
     for n in nodes:
         assert f'"{n}: plan: {{\\"gpus\\": 0' in out, f"{n}: no plan shown"
-    if fresh:
-        for n in nodes:
-            assert f"{n}: check mode: would install rdma-core" in out, out[-8000:]
-            assert f"{n}: check mode: would install docker.io" in out, out[-8000:]
-            assert f"{n}: check mode: the training stage needs the Docker engine" in out, out[-8000:]
+    for n in nodes:
+        assert f"{n}: check mode: would install rdma-core" in out, out[-8000:]
+        assert f"{n}: check mode: would install docker.io" in out, out[-8000:]
+        assert f"{n}: check mode: the training stage needs the Docker engine" in out, out[-8000:]
     assert _state(nodes) == before, "site.yml --check changed a node"
     assert key.exists() == key_before, "site.yml --check made the cluster key"
 
 
-def test_check_with_vendor_rdma_stacks_on_fresh_nodes_says_what_it_would_install(tmp_path):
+def test_check_with_vendor_rdma_stacks_on_fresh_nodes_says_what_it_would_install(tmp_path, fresh_nodes):
     """MLNX_OFED (a tarball) on node-1, DOCA-OFED (a DOCA-Host package) on node-2, inbox on the
     others: check mode copies nothing, so it has nothing to unpack or read; it says what the real
     run installs from which file and exits 0, the nodes unchanged. The files are stand-ins with
@@ -71,7 +97,8 @@ def test_check_with_vendor_rdma_stacks_on_fresh_nodes_says_what_it_would_install
     extra = {"rdma_stack": per_host, "rdma_doca_profile": "doca-ofed-userspace",
              "rdma_ofed_tarball": {"src": str(ofed), "sha256": sha[ofed]},
              "rdma_doca_package": {"src": str(doca), "sha256": sha[doca]}}
-    nodes = sandbox_nodes()
+    nodes = fresh_nodes
+    assert {n: _converged(n) for n in nodes} == {n: set() for n in nodes}, "a node was converged before this run"
     before = {n: exec_on(n, "sh", "-c", UNTOUCHED) for n in nodes}
     r = playbook("site.yml", "--check", "-e", json.dumps(extra), check=False)
     out = r.stdout
@@ -117,11 +144,11 @@ UNTOUCHED = ("find /etc /opt /var/lib/gpucluster -xdev -type f ! -name run.lock 
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT), ids=lambda c: c.replace(" ", "-"))
-def test_bad_input_on_fresh_nodes_is_refused_before_any_change(case):
+def test_bad_input_on_fresh_nodes_is_refused_before_any_change(case, fresh_nodes):
     import json
 
     extra, expects = BAD_INPUT[case]
-    nodes = sandbox_nodes()
+    nodes = fresh_nodes
     before = {n: exec_on(n, "sh", "-c", UNTOUCHED) for n in nodes}
     r = playbook("site.yml", "-e", json.dumps(extra), check=False)
     out = r.stdout
