@@ -120,3 +120,44 @@ def test_mitogen_planner_reuses_one_listing_of_the_collections():
     # The same sys.path entries as mitogen's walk, from the one listing made before the workers fork.
     assert got == {"same": [True, True], "walks": 0, "dirs": got["dirs"], "ours": True}
     assert got["dirs"] > 1
+
+
+# mitogen's module scan for real ansible modules, once with the builtin compile and once with the
+# strategy's memo: the same module_utils found, and no source compiled twice with the memo.
+SCAN_PROBE = LOAD_STRATEGY + textwrap.dedent("""
+    import builtins, collections
+    import ansible.executor.module_common as mc
+    import ansible.modules
+    import ansible_mitogen.module_finder as finder
+    from ansible.plugins.loader import module_utils_loader
+    search = tuple(module_utils_loader._get_paths(subdirs=False)) + (mc._MODULE_UTILS_PATH,)
+    mods = pathlib.Path(ansible.modules.__file__).parent
+    names = ["file", "stat", "apt", "systemd_service", "command"]
+    def scan_all():
+        return [finder.scan("ansible_module_" + n, str(mods / (n + ".py")), search) for n in names]
+    compiled = collections.Counter()
+    real = builtins.compile
+    def counting(source, filename, mode, *args, **kwargs):
+        compiled[(filename, hash(source))] += 1
+        return real(source, filename, mode, *args, **kwargs)
+    builtins.compile = counting
+    plain = scan_all()
+    plain_compiles = sum(compiled.values())
+    compiled.clear()
+    cache = strategy.memoize_scan_compile()
+    again = strategy.memoize_scan_compile()
+    memo = scan_all() + scan_all()
+    print(json.dumps({"same": memo == plain + plain, "installed_once": cache is again,
+                      "plain": plain_compiles, "memo": sum(compiled.values()), "twice": max(compiled.values()),
+                      "utils": sum(len(r) for r in plain)}))
+""")
+
+
+def test_mitogen_module_scan_compiles_each_file_once():
+    out = subprocess.run([PY, "-c", SCAN_PROBE, str(ROOT)], capture_output=True, text=True, check=True, cwd=ROOT)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["same"] and got["installed_once"], got
+    # Without the memo each module compiles the module_utils it shares with the others again.
+    assert got["utils"] > 20 and got["plain"] > got["utils"], got
+    # With it, two rounds over the five modules compile each source once.
+    assert got["twice"] == 1 and got["memo"] < got["plain"], got
