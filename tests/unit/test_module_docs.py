@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT, run_tool
+
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
 SUPPORT = {"full", "partial", "none"}
 
 
 @pytest.fixture(scope="module")
-def docs() -> dict[str, dict]:
-    ansible_doc = Path(sys.executable).parent / "ansible-doc"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    r = subprocess.run([str(ansible_doc), "--json", *(f"gpucluster.cluster.{m}" for m in MODULES)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def docs(tmp_path_factory) -> dict[str, dict]:
+    r = run_tool("ansible-doc", "--json", *(f"gpucluster.cluster.{m}" for m in MODULES),
+                 home=tmp_path_factory.mktemp("home"), timeout=300)
     assert r.returncode == 0, r.stderr
     assert "[ERROR]" not in r.stderr and "[WARNING]" not in r.stderr, r.stderr
     return json.loads(r.stdout)

@@ -16,6 +16,8 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpucluster.cluster.plugins.modules import contract
 
+from tests.conftest import run_tool
+
 ROOT = Path(__file__).resolve().parents[4]
 
 
@@ -113,13 +115,10 @@ def test_bad_input_changes_nothing(tmp_path, capsys, args, says):
 def test_ansible_setup_reads_it_as_ansible_local_gpucluster(tmp_path, capsys):
     _run(capsys, tmp_path, stage="nccl", data=NCCL)
     _run(capsys, tmp_path, stage="runtime", data={"runtime": "lightcc", "env_file": "/etc/gpucluster/runtime.env"})
-    ansible = Path(sys.executable).parent / "ansible"
     # -i localhost,: the project's ansible.cfg names the sandbox inventory (its group_vars need inventory_dir).
-    r = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local", "-m", "ansible.builtin.setup",
-                        "-a", f"gather_subset=!all fact_path={tmp_path / 'facts.d'} filter=ansible_local",
-                        "-e", f"ansible_python_interpreter={sys.executable}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "NO_COLOR": "1"})
+    r = run_tool("ansible", "localhost", "-i", "localhost,", "-c", "local", "-m", "ansible.builtin.setup",
+                 "-a", f"gather_subset=!all fact_path={tmp_path / 'facts.d'} filter=ansible_local",
+                 "-e", f"ansible_python_interpreter={sys.executable}", home=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     facts = json.loads(r.stdout.split("=>", 1)[1])["ansible_facts"]["ansible_local"]
     assert facts["gpucluster"] == {"nccl": NCCL,
