@@ -12,8 +12,10 @@ compared before and after.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
+import docker
 import pytest
 
 from tests.docker_env import docker_client
@@ -49,7 +51,8 @@ def fresh_nodes() -> list[str]:
         client = docker_client()
         for n in stale:
             client.containers.get(f"gpucluster-{n}").remove(force=True, v=True)
-            client.volumes.get(f"gpucluster-{n}-docker").remove(force=True)
+            with contextlib.suppress(docker.errors.NotFound):
+                client.volumes.get(f"gpucluster-{n}-docker").remove(force=True)
         run("gpucluster", "sandbox", "up", "--nodes", "3")
     nodes = sandbox_nodes()
     assert nodes == ["node-1", "node-2", "node-3"]
