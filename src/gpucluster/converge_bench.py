@@ -23,7 +23,6 @@ controller CPU per host per no-op run <= 3 s.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import resource
 import shlex
@@ -36,7 +35,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import yaml
 
 ARMS = ("fresh", "noop", "raw")
@@ -308,9 +306,7 @@ class ConvergeBench:
         ``nodes`` new ones; the infra container is kept. Returns the inventory path."""
         sb = self._sandbox(nodes)
         for c in sb._labelled_containers(role="node"):
-            c.remove(force=True, v=True)
-            with contextlib.suppress(docker.errors.NotFound):
-                sb.client.volumes.get(f"{c.name}-docker").remove(force=True)
+            sb.remove_node(c)
         sb.up()
         return self.work / "inventory" / "hosts.yml"
 

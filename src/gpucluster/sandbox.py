@@ -14,6 +14,7 @@ inventory written here states those limits as variables; nothing pretends otherw
 
 from __future__ import annotations
 
+import contextlib
 import io
 import ipaddress
 import os
@@ -121,7 +122,7 @@ class Sandbox:
         for stale in self._labelled_containers(role="node"):
             if stale.name not in {n.name for n in nodes}:
                 self.log(f"removing {stale.name} (beyond --nodes {self.cfg.nodes})")
-                stale.remove(force=True, v=True)
+                self.remove_node(stale)
         inv = self._write_inventory(nodes, host_keys, registry_ref)
         self.log(f"inventory written: {inv}")
         return self.status()
@@ -211,6 +212,14 @@ class Sandbox:
             path.write_text(secrets.token_urlsafe(24))
             path.chmod(0o600)
         return path.read_text().strip()
+
+    def remove_node(self, container) -> None:
+        """Remove a node container and its /var/lib/docker volume (``<name>-docker``), so the node
+        ``up`` makes again in its place starts as new."""
+        name = container.name
+        container.remove(force=True, v=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.volumes.get(f"{name}-docker").remove(force=True)
 
     def _volume(self, name: str):
         try:

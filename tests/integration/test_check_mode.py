@@ -12,12 +12,11 @@ compared before and after.
 
 from __future__ import annotations
 
-import contextlib
 import re
 
-import docker
 import pytest
 
+from gpucluster.sandbox import Sandbox, SandboxConfig
 from tests.docker_env import docker_client
 from tests.integration.conftest import INVENTORY, playbook, recap, run, sandbox_nodes
 from tests.integration.conftest import node_exec as exec_on
@@ -48,11 +47,9 @@ def fresh_nodes() -> list[str]:
     run("gpucluster", "sandbox", "up", "--nodes", "3")
     stale = [n for n in sandbox_nodes() if _converged(n)]
     if stale:
-        client = docker_client()
+        sb = Sandbox(SandboxConfig(), client=docker_client())
         for n in stale:
-            client.containers.get(f"gpucluster-{n}").remove(force=True, v=True)
-            with contextlib.suppress(docker.errors.NotFound):
-                client.volumes.get(f"gpucluster-{n}-docker").remove(force=True)
+            sb.remove_node(sb.client.containers.get(f"gpucluster-{n}"))
         run("gpucluster", "sandbox", "up", "--nodes", "3")
     nodes = sandbox_nodes()
     assert nodes == ["node-1", "node-2", "node-3"]
