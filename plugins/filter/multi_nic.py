@@ -10,7 +10,7 @@ Examples::
     {{ ansible_facts | gpucluster.cluster.net_interfaces }}
     {{ ['ens1', 'ens2'] | gpucluster.cluster.net_arp_sysctls }}
     {{ multi_nic_interfaces | gpucluster.cluster.multi_nic_plan(ansible_facts, mtu, 100) }}
-    {{ ansible_default_ipv4 | gpucluster.cluster.gpucluster_cidr }}      -> '172.18.0.0/16'
+    {{ ansible_facts.default_ipv4 | gpucluster.cluster.gpucluster_cidr }} -> '172.18.0.0/16'
 """
 
 from __future__ import annotations
