@@ -86,7 +86,8 @@ def test_stages_checked_by_preflight_skip_their_own_copy_of_the_checks():
     stages = yaml.safe_load((ROOT / "roles/preflight/tasks/stages.yml").read_text())
     loop = "{{ preflight_stage_checks }}"
     record = [t for t in stages if "gpucluster_checked_stages" in t.get("ansible.builtin.set_fact", {})]
-    assert record and record[0]["ansible.builtin.set_fact"]["gpucluster_checked_stages"] == loop
+    assert record and record[0]["ansible.builtin.set_fact"]["gpucluster_checked_stages"] == (
+        "{{ preflight_stage_checks + ['versions'] }}")
     assert stages.index(record[0]) > next(i for i, t in enumerate(stages) if t.get("loop") == loop)
     for stage in checked:
         tasks = yaml.safe_load((ROOT / "roles" / stage / "tasks/main.yml").read_text())
@@ -102,3 +103,17 @@ def test_stages_checked_by_preflight_skip_their_own_copy_of_the_checks():
         assert "gpucluster_checked_stages" in task["when"] and "role_name not in" in task["when"], stage
         # The included checks keep the tags the import gave them (include_tasks tags only itself).
         assert include["apply"]["tags"] == task["tags"], stage
+
+
+def test_the_version_checks_run_once_per_run():
+    """Every role that depends on versions (for its defaults, the manifest) skips the dependency's
+    checks, its argument-spec check included, once preflight recorded versions as checked; preflight
+    itself depends on it as well, before it records anything, so a site.yml run checks once."""
+    dependents = []
+    for meta in sorted(ROOT.glob("roles/*/meta/main.yml")):
+        for dep in yaml.safe_load(meta.read_text()).get("dependencies") or []:
+            if dep.get("role") == "versions":
+                dependents.append(meta.parts[-3])
+                assert dep["when"] == ("'versions' not in lookup('ansible.builtin.vars', "
+                                       "'gpucluster_checked_stages', default=[])"), meta
+    assert "preflight" in dependents and {"nvidia_driver", "gpudirect", "nvidia_container_toolkit"} <= set(dependents)
