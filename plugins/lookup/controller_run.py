@@ -1,0 +1,103 @@
+"""This ansible-playbook run as the run lock records it (roles/preflight/tasks/lock.yml), and
+whether the run a lock names still runs on this controller.
+
+The pid is ansible-playbook's own wherever the lookup is templated: in a task worker (a fork of
+ansible-playbook, whose parent it is) or in ansible-playbook itself (the strategy templates some
+tasks there). A shell's ``$PPID`` named the right process only in a worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pathlib
+import pwd
+import uuid
+
+from ansible import context
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+
+DOCUMENTATION = """
+name: controller_run
+author: gpucluster
+short_description: This ansible-playbook run (pid, start time, playbooks), or another process's start time
+description:
+  - Without terms, one dict describing this run on the controller - C(id) (a new UUID),
+    C(controller) (the node name), C(user) (the effective user), C(pid) (ansible-playbook's pid, from a
+    task worker or from ansible-playbook itself), C(pid_start) (that process's start time, field 22
+    of /proc/<pid>/stat, clock ticks since boot) and C(playbook) (the playbooks it was given,
+    space-separated; empty outside ansible-playbook).
+  - With pids as terms, each process's start time on this controller (as C(pid_start)), or C(gone)
+    where there is no such process. A pid with the start time a lock recorded is that run, not a later
+    process that reuses the pid.
+options:
+  _terms:
+    description: Pids of processes on the controller.
+    required: false
+"""
+
+EXAMPLES = """
+- name: Describe this run
+  ansible.builtin.set_fact:
+    run: "{{ lookup('gpucluster.cluster.controller_run') }}"
+- name: Still running?
+  ansible.builtin.debug:
+    msg: "{{ lookup('gpucluster.cluster.controller_run', run.pid) != 'gone' }}"
+"""
+
+RETURN = """
+_raw:
+  description: The run's dict (no terms), else one start time or C(gone) per pid.
+  type: raw
+"""
+
+PROC = "/proc"
+GONE = "gone"
+
+
+def process_start(pid: int, proc: str = PROC) -> str:
+    """Field 22 (starttime) of ``/proc/<pid>/stat`` (proc(5)), or ``gone``. The fields are counted
+    after the command name's last closing parenthesis (the name may hold spaces and parentheses):
+    the first field after it is field 3, so starttime is the 20th."""
+    try:
+        text = pathlib.Path(f"{proc}/{int(pid)}/stat").read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return GONE
+    fields = text.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 and fields[19].isdigit() else GONE
+
+
+def playbook_pid(current=None) -> int:
+    """ansible-playbook's pid: a task worker's parent (workers are forks of it), else this process."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    current = multiprocessing.current_process() if current is None else current
+    return os.getppid() if isinstance(current, WorkerProcess) else os.getpid()
+
+
+def playbooks() -> list[str]:
+    """The playbooks ansible-playbook was given (its parsed command line, which workers inherit)."""
+    return [str(arg) for arg in context.CLIARGS.get("args") or ()]
+
+
+def describe_run(proc: str = PROC) -> dict:
+    """This run: a new id, the controller's node name (uname -n), the effective user (id -un),
+    ansible-playbook's pid with its start time, and its playbook arguments."""
+    pid = playbook_pid()
+    return {"id": str(uuid.uuid4()), "controller": os.uname().nodename,
+            "user": pwd.getpwuid(os.geteuid()).pw_name,
+            "pid": pid, "pid_start": process_start(pid, proc), "playbook": " ".join(playbooks())}
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        if not terms:
+            return [describe_run()]
+        out = []
+        for term in terms:
+            try:
+                out.append(process_start(int(term)))
+            except (TypeError, ValueError) as exc:
+                raise AnsibleLookupError(f"controller_run: {term!r} is not a pid") from exc
+        return out

@@ -1,0 +1,88 @@
+"""The run lock's description of this run (plugins/lookup/controller_run.py): ansible-playbook's
+pid from a task worker or from ansible-playbook itself, a process's start time from
+/proc/<pid>/stat whatever its command name holds, and `gone` for a process that is not there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from ansible.errors import AnsibleLookupError
+from ansible.executor.process.worker import WorkerProcess
+from ansible_collections.gpucluster.cluster.plugins.lookup import controller_run
+
+from tests.conftest import ansible_env
+
+# A /proc/<pid>/stat line (proc(5)): pid, (comm), state, then fields 4..52; starttime is field 22.
+FIELDS = [str(n) for n in range(4, 53)]
+FIELDS[22 - 4] = "987654"
+
+
+def _proc(tmp_path, pid, comm, fields=FIELDS):
+    d = tmp_path / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(f"{pid} ({comm}) S " + " ".join(fields) + "\n")
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("comm", ["ansible-playboo", "a b", "x) 1 2 3 (y", ") S 9", "(("])
+def test_the_start_time_is_field_22_whatever_the_command_name_holds(tmp_path, comm):
+    assert controller_run.process_start(4242, _proc(tmp_path, 4242, comm)) == "987654"
+
+
+def test_a_missing_or_unreadable_process_is_gone(tmp_path):
+    proc = _proc(tmp_path, 7, "short", fields=["1", "2"])
+    assert controller_run.process_start(7, proc) == "gone"  # too few fields
+    assert controller_run.process_start(8, proc) == "gone"  # no such process
+    assert controller_run.process_start("x", proc) == "gone"
+
+
+def test_this_process_has_a_start_time_and_it_is_its_own():
+    mine = controller_run.process_start(os.getpid())
+    assert mine.isdigit()
+    # a child started later has a start time not before this one's
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert int(controller_run.process_start(child.pid)) >= int(mine)
+    finally:
+        child.kill()
+        child.wait()
+    assert controller_run.process_start(child.pid) == "gone"
+
+
+def test_the_playbook_pid_is_the_workers_parent_in_a_worker_and_this_process_elsewhere():
+    assert controller_run.playbook_pid() == os.getpid()
+    assert controller_run.playbook_pid(WorkerProcess.__new__(WorkerProcess)) == os.getppid()
+
+
+def test_the_lookup_refuses_what_is_not_a_pid():
+    with pytest.raises(AnsibleLookupError, match="'abc' is not a pid"):
+        controller_run.LookupModule().run(["abc"])
+    assert controller_run.LookupModule().run([os.getpid(), 0]) == [controller_run.process_start(os.getpid()), "gone"]
+
+
+def test_a_run_describes_ansible_playbook_from_a_worker(tmp_path):
+    """Templated in a task worker, the pid is ansible-playbook's (the worker's parent), and so are
+    the start time; the playbook is the one it was given (the inventory is not one)."""
+    out = tmp_path / "run.json"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"node-x": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    book = tmp_path / "describe.yml"
+    book.write_text(yaml.safe_dump([{"hosts": "node-x", "gather_facts": False, "tasks": [
+        {"name": "Describe", "ansible.builtin.copy": {
+            "dest": str(out), "mode": "0600",
+            "content": "{{ lookup('gpucluster.cluster.controller_run') | combine({'worker': "
+                       "lookup('ansible.builtin.pipe', 'echo $PPID') | int}) | to_json }}"}}]}]))
+    playbook_cli = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    proc = subprocess.Popen([playbook_cli, "-i", str(inv), str(book)],
+                            env=ansible_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stdout, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stdout
+    run = yaml.safe_load(out.read_text())
+    assert run["pid"] == proc.pid != run["worker"]
+    assert run["pid_start"].isdigit() and run["playbook"] == str(book)
+    assert run["controller"] == os.uname().nodename and run["user"] and len(run["id"]) == 36
