@@ -56,6 +56,7 @@ from ansible.utils.display import Display
 
 try:  # ansible-core 2.19's own pieces of TaskExecutor._execute; without them every task goes to a worker
     from ansible._internal import _display_utils, _task
+    from ansible._internal._errors import _error_utils
     from ansible._internal._templating._engine import TemplateEngine
     from ansible.executor.task_result import _RawTaskResult
 except ImportError:  # pragma: no cover - another ansible-core
@@ -216,9 +217,12 @@ def run_in_controller(host, task, task_vars, play_context, loader, variable_mana
     which a worker does on its own copy of the process: here it gets a copy of the task, and of
     the variables it adds to."""
     own = task.copy(exclude_tasks=True)
-    with _task.TaskContext(own):
-        result = TaskExecutor(host, own, dict(task_vars), play_context, loader,
-                              plugin_loader.get_plugin_loader_namespace(), final_q, variable_manager).run()
+    try:
+        with _task.TaskContext(own):
+            result = TaskExecutor(host, own, dict(task_vars), play_context, loader,
+                                  plugin_loader.get_plugin_loader_namespace(), final_q, variable_manager).run()
+    except Exception as exc:  # noqa: BLE001 TaskExecutor.run returns its own errors; anything else fails the task, as in a worker
+        result = _error_utils.result_dict_from_exception(exc)
     return _RawTaskResult(host=host, task=own, return_data=result, task_fields=own.dump_attrs())
 
 
@@ -248,7 +252,9 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
     def _queue_task(self, host, task, task_vars, play_context):
         """A task whose condition is false for ``host`` gets its skipped result here, put on the
         results queue as a worker would put it (StrategyBase._queue_task's bookkeeping: the queued
-        task cache, v2_runner_on_start, one more pending result); any other goes to a worker."""
+        task cache, v2_runner_on_start, one more pending result); a controller action
+        (runs_in_controller) runs here, its result held for _wait_on_pending_results; any other
+        goes to a worker."""
         result = controller_skip(host, task, task_vars, play_context, self._loader)
         in_controller = result is None and runs_in_controller(task)
         if result is None and not in_controller:
