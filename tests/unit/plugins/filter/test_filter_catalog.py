@@ -39,8 +39,9 @@ def _sources():
 
 
 def _other_content():
-    """Modules, roles and playbooks: what a non-filter FQCN may name."""
-    names = {p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__"}
+    """Modules, lookups, roles and playbooks: what a non-filter FQCN may name."""
+    names = {p.stem for kind in ("modules", "lookup") for p in (ROOT / "plugins" / kind).glob("*.py")
+             if p.stem != "__init__"}
     names |= {p.name for p in (ROOT / "roles").iterdir() if p.is_dir()}
     names |= {p.stem for p in (ROOT / "playbooks").glob("*.yml")}
     return names
@@ -62,7 +63,8 @@ def unknown_uses(text: str, filters: set, other: set) -> list:
     for lineno, line in enumerate(text.splitlines(), 1):
         for m in FQCN.finditer(line):
             if m.group(1) not in filters and m.group(1) not in other:
-                found.append((lineno, f"gpucluster.cluster.{m.group(1)} is no filter, module, role or playbook"))
+                found.append((lineno, f"gpucluster.cluster.{m.group(1)} is no filter, module, lookup, role "
+                                      "or playbook"))
         for m in PIPE.finditer(line):
             fq, name = m.groups()
             if fq and name not in filters:
