@@ -29,6 +29,7 @@ COUNTING = textwrap.dedent("""
     main()
 """)
 
+
 def run_playbook(tmp_path, arm, tasks):
     """``tasks`` as one play on node-a and node-b (vars flag and none_true false, ``out`` the path
     a task may write to as ``{{ out }}.{{ inventory_hostname }}``) under strategy ``arm``: the
