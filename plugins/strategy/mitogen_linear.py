@@ -232,10 +232,10 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # The results of tasks run in the controller, held until every host of the task is queued:
-        # linear processes the results that are in between two hosts, and a worker's never is
-        # there that soon, so one host's failure here would otherwise change what the next host's
-        # task sees (ansible_play_hosts) in the same task.
+        # The results made in the controller (skips and controller actions), held until every
+        # host of the task is queued: linear processes the results that are in between two hosts,
+        # and a worker's never is there that soon, so one host's failure here would otherwise
+        # change what the next host's task sees (ansible_play_hosts) in the same task.
         self._held_results = []
         preload_plugins()
         cache_collection_dirs()
@@ -250,11 +250,10 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         return super()._wait_on_pending_results(iterator)
 
     def _queue_task(self, host, task, task_vars, play_context):
-        """A task whose condition is false for ``host`` gets its skipped result here, put on the
-        results queue as a worker would put it (StrategyBase._queue_task's bookkeeping: the queued
-        task cache, v2_runner_on_start, one more pending result); a controller action
-        (runs_in_controller) runs here, its result held for _wait_on_pending_results; any other
-        goes to a worker."""
+        """A task whose condition is false for ``host`` gets its skipped result here, and a
+        controller action (runs_in_controller) runs here, with StrategyBase._queue_task's
+        bookkeeping (the queued task cache, v2_runner_on_start, one more pending result); the
+        result is held for _wait_on_pending_results. Any other task goes to a worker."""
         result = controller_skip(host, task, task_vars, play_context, self._loader)
         in_controller = result is None and runs_in_controller(task)
         if result is None and not in_controller:
@@ -263,10 +262,8 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
             "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
         self._tqm.send_callback("v2_runner_on_start", host, task)
         self._pending_results += 1
-        if in_controller:
-            self._held_results.append(run_in_controller(host, task, task_vars, play_context, self._loader,
-                                                        self._variable_manager, self._final_q))
-        else:
-            self._final_q.send_task_result(_RawTaskResult(host=host, task=task, return_data=result,
-                                                          task_fields=task.dump_attrs()))
+        self._held_results.append(
+            run_in_controller(host, task, task_vars, play_context, self._loader, self._variable_manager, self._final_q)
+            if in_controller else
+            _RawTaskResult(host=host, task=task, return_data=result, task_fields=task.dump_attrs()))
         return None
