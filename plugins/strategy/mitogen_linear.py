@@ -47,6 +47,12 @@
 # (which inherits what the controller compiled before the fork). Keyed by the source and every
 # setting the compiled code depends on. No-op at one node, 3 runs each, interleaved: the main
 # process's user CPU 11.0/10.1/9.0 -> 8.6/7.6/8.0 s.
+#
+# And every Jinja environment reuses the filter and test functions another one resolved
+# (share_template_plugins): ansible-core keeps them per environment and makes a new environment
+# for nearly every template, so each filter went through the plugin loader's directory scan
+# again (6 % of the main thread in a no-op). The collections are listed once per process, not
+# once per play (cache_collection_dirs).
 from __future__ import annotations
 
 import builtins
@@ -74,6 +80,10 @@ try:  # ansible-core 2.19's Jinja environment; without it templates compile as A
     from jinja2.environment import TemplateExpression as _TemplateExpression
 except ImportError:  # pragma: no cover - another ansible-core
     _AnsibleEnvironment = None
+try:  # ansible-core 2.19's filter and test lookup; else each environment resolves its own (share_template_plugins)
+    from ansible._internal._templating._jinja_plugins import JinjaPluginIntercept as _JinjaPluginIntercept
+except ImportError:  # pragma: no cover - another ansible-core
+    _JinjaPluginIntercept = None
 from ansible.executor.task_executor import TaskExecutor
 from ansible.plugins import loader as plugin_loader
 
@@ -99,6 +109,8 @@ description:
     their results reach the strategy once every host of the task is queued, as a worker's do.
   - Keeps the code Jinja compiles for each template and conditional, keyed by its source and
     the environment's compile settings, instead of compiling it again for every task and host.
+  - Lets every Jinja environment reuse the filter and test functions another one resolved,
+    instead of asking the plugin loader again for each new environment.
 author: gpucluster
 """
 
@@ -130,7 +142,9 @@ def cache_collection_dirs(planner=ansible_mitogen.planner) -> tuple[bytes, ...]:
     """List the installed collections' directories now and hand mitogen's planner that list
     instead of a new walk per module (``planner._load_collections``, which adds each to the
     invocation's extra ``sys.path`` entries); return the list. A mitogen without that function
-    is left as it is."""
+    is left as it is. Listed once per process: each play's strategy keeps the first one's list."""
+    if isinstance(dirs := getattr(getattr(planner, "_load_collections", None), "gpucluster_dirs", None), tuple):
+        return dirs
     dirs = tuple(ansible.collections.list.list_collection_dirs())
     if not callable(getattr(planner, "_load_collections", None)):
         return dirs
@@ -139,6 +153,7 @@ def cache_collection_dirs(planner=ansible_mitogen.planner) -> tuple[bytes, ...]:
         for path in dirs:
             invocation._extra_sys_paths.add(path.decode("utf-8"))
 
+    _load_collections.gpucluster_dirs = dirs
     planner._load_collections = _load_collections
     return dirs
 
@@ -239,6 +254,37 @@ def cache_template_compiles(env_class=None, limit: int = 20000) -> dict:
     return cache
 
 
+def share_template_plugins(intercept_class=None) -> dict:
+    """Let every Jinja environment reuse the filter and test functions another one resolved:
+    ansible-core 2.19 keeps them per environment (JinjaPluginIntercept._wrapped_funcs), keyed by
+    the plugin's full name, and makes a new environment for nearly every template, so each
+    ``to_json`` or ``gpucluster.cluster.<filter>`` goes through the plugin loader again (a scan
+    of the plugin directories). Shared per plugin type and name as asked for; an environment's
+    own functions (set on it) come first, and a name the loader cannot resolve is not kept, so
+    it is looked up again. A filter plugin directory that a role brings later in the run does
+    not shadow a name already resolved (gpucluster's roles bring none). Installed once; return
+    the shared functions."""
+    intercept_class = intercept_class or _JinjaPluginIntercept
+    if intercept_class is None:
+        return {}
+    if isinstance(shared := getattr(intercept_class.__getitem__, "gpucluster_shared", None), dict):
+        return shared
+    shared = {}
+    resolve = intercept_class.__getitem__
+
+    def __getitem__(self, key):
+        if (func := self._wrapped_funcs.get(key)) is not None:
+            return func
+        name = (self._plugin_loader.type, key)
+        if (func := shared.get(name)) is None:
+            func = shared[name] = resolve(self, key)  # raises for a name it cannot resolve
+        return func
+
+    __getitem__.gpucluster_shared = shared
+    intercept_class.__getitem__ = __getitem__
+    return shared
+
+
 def controller_skip(host, task, task_vars, play_context, loader):
     """The result a worker would return for ``task`` on ``host`` when its ``when`` is false there:
     ``{"changed": False, "skipped": True, "skip_reason": ..., "false_condition": ...}`` as
@@ -328,6 +374,7 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         cache_collection_dirs()
         memoize_scan_compile()
         cache_template_compiles()
+        share_template_plugins()
 
     def _wait_on_pending_results(self, iterator):
         """linear waits here once every host of the task is queued: the held results go on the

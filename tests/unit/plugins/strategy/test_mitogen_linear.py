@@ -104,11 +104,12 @@ COLLECTIONS_PROBE = LOAD_STRATEGY + textwrap.dedent("""
     walks = []
     real = cl.list_collection_dirs
     cl.list_collection_dirs = lambda *a, **k: walks.append(1) or real(*a, **k)
+    again = strategy.cache_collection_dirs()   # the next play's strategy: the same list, no walk
     after = [Invocation(), Invocation()]
     for inv in after:
         planner._load_collections(inv)         # the cached list, no walk
     print(json.dumps({"same": [sorted(inv._extra_sys_paths) == sorted(before._extra_sys_paths) for inv in after],
-                      "walks": len(walks), "dirs": len(dirs),
+                      "walks": len(walks), "dirs": len(dirs), "again": again is dirs,
                       "ours": any(d.endswith(b"gpucluster/cluster") for d in dirs)}))
 """)
 
@@ -118,7 +119,7 @@ def test_mitogen_planner_reuses_one_listing_of_the_collections():
                          cwd=ROOT)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     # The same sys.path entries as mitogen's walk, from the one listing made before the workers fork.
-    assert got == {"same": [True, True], "walks": 0, "dirs": got["dirs"], "ours": True}
+    assert got == {"same": [True, True], "walks": 0, "dirs": got["dirs"], "again": True, "ours": True}
     assert got["dirs"] > 1
 
 

@@ -112,3 +112,61 @@ def test_a_playbook_gets_the_same_values_per_host_as_under_linear(tmp_path):
     assert ours.returncode == plain.returncode == 0, ours.stdout + ours.stderr
     assert got == want == {"mine": "<a>", "same": "<a>", "picked": "<a>"}
     assert ours_recap == plain_recap
+
+
+# Filters and tests resolved through new Templars (new environments), with and without the shared
+# functions: the same results, a second environment asks the plugin loader nothing, an unknown
+# filter fails every time, and an environment's own filter comes before the shared one.
+PLUGINS_PROBE = LOAD_STRATEGY + r"""
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import filter_loader, test_loader
+from ansible.template import Templar, trust_as_template
+
+asked = []
+for loader in (filter_loader, test_loader):
+    real = loader.get
+    def counting(name, *args, _real=real, **kwargs):
+        asked.append(name)
+        return _real(name, *args, **kwargs)
+    loader.get = counting
+
+SOURCES = ["{{ {'a': [1]} | to_json }}", "{{ 'node-a' is match('node-') }}",
+           "{{ 'ssh -o StrictHostKeyChecking=no x' | gpucluster.cluster.insecure_ssh_options }}",
+           "{{ 1 | no_such_filter }}"]
+
+def render(source, templar=None):
+    templar = templar or Templar(loader=DataLoader(), variables={})
+    try:
+        return ["ok", str(templar.template(trust_as_template(source)))]
+    except Exception as exc:
+        return ["error", type(exc).__name__]
+
+def round():
+    del asked[:]
+    return [render(s) for s in SOURCES], list(asked)
+
+plain, plain_asked = round()
+shared = strategy.share_template_plugins()
+again = strategy.share_template_plugins()
+first, first_asked = round()
+second, second_asked = round()
+own = Templar(loader=DataLoader(), variables={})
+own.environment.filters["to_json"] = lambda value: "own"
+print(json.dumps({"plain": plain, "first": first, "second": second, "plain_asked": plain_asked,
+                  "first_asked": first_asked, "second_asked": second_asked, "installed_once": shared is again,
+                  "own": render(SOURCES[0], own), "other": render(SOURCES[0])}))
+"""
+
+
+def test_filters_and_tests_are_resolved_once_for_every_environment():
+    out = subprocess.run([PY, "-c", PLUGINS_PROBE, str(ROOT)], capture_output=True, text=True, check=True, cwd=ROOT)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["installed_once"], got
+    assert got["first"] == got["second"] == got["plain"], got
+    assert got["plain"][0] == ["ok", '{"a": [1]}'] and got["plain"][1] == ["ok", "True"], got
+    assert got["plain"][2][0] == "ok" and got["plain"][3][0] == "error", got
+    # Without sharing, every environment asks the loader for each name; with it, only the name
+    # it cannot resolve is asked again.
+    assert {"to_json", "match", "gpucluster.cluster.insecure_ssh_options"} <= set(got["plain_asked"]), got
+    assert got["second_asked"] == ["no_such_filter"], got
+    assert got["own"] == ["ok", "own"] and got["other"] == got["plain"][0], got
