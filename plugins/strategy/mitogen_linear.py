@@ -213,14 +213,15 @@ def cache_template_compiles(env_class=None, limit: int = 20000) -> dict:
     cache = {}
     jinja_compile = env_class.compile
     jinja_compile_expression = env_class.compile_expression
-    captured = []
+    capturing = []  # one list per compile_expression under way: the trees it compiled
 
     def compile(self, source, name=None, filename=None, raw=False, defer_init=False):  # noqa: A001 Jinja's name
         if raw or self._debuggable_template_source:
             return jinja_compile(self, source, name, filename, raw, defer_init)
-        if not isinstance(source, str):  # compile_expression's tree: the caller keys it
+        if not isinstance(source, str):  # compile_expression's tree: that caller keys it
             code = jinja_compile(self, source, name, filename, raw, defer_init)
-            captured.append(code)
+            if capturing:
+                capturing[-1].append(code)
             return code
         key = ("template", str(source), name, filename, defer_init, _compile_settings(self))
         code = cache.get(key)
@@ -239,13 +240,15 @@ def cache_template_compiles(env_class=None, limit: int = 20000) -> dict:
         if code is not None:
             return _TemplateExpression(self.template_class.from_code(self, code, self.make_globals(None)),
                                        undefined_to_none)
-        del captured[:]
-        expression = jinja_compile_expression(self, source, undefined_to_none)
+        capturing.append([])
+        try:
+            expression = jinja_compile_expression(self, source, undefined_to_none)
+        finally:
+            captured = capturing.pop()
         if len(captured) == 1:  # the one tree it compiled; else (a nested compile) leave it uncached
             if len(cache) >= limit:
                 cache.clear()
             cache[key] = captured[0]
-        del captured[:]
         return expression
 
     compile.gpucluster_cache = cache
