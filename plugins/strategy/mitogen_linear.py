@@ -138,12 +138,26 @@ def preload_plugins(plugins_dir: pathlib.Path = PLUGINS_DIR, collection: str = C
     return loaded
 
 
+def _installed(owner, attr: str, marker: str):
+    """What an earlier call left at ``owner.attr``: the state it hung on its replacement as
+    ``marker`` (the replacements below are installed once per process and kept by each later
+    play's strategy), or None."""
+    return getattr(getattr(owner, attr, None), marker, None)
+
+
+def _install(owner, attr: str, replacement, marker: str, state):
+    """Put ``replacement`` at ``owner.attr`` with ``state`` hung on it as ``marker``; return state."""
+    setattr(replacement, marker, state)
+    setattr(owner, attr, replacement)
+    return state
+
+
 def cache_collection_dirs(planner=ansible_mitogen.planner) -> tuple[bytes, ...]:
     """List the installed collections' directories now and hand mitogen's planner that list
     instead of a new walk per module (``planner._load_collections``, which adds each to the
     invocation's extra ``sys.path`` entries); return the list. A mitogen without that function
     is left as it is. Listed once per process: each play's strategy keeps the first one's list."""
-    if isinstance(dirs := getattr(getattr(planner, "_load_collections", None), "gpucluster_dirs", None), tuple):
+    if isinstance(dirs := _installed(planner, "_load_collections", "gpucluster_dirs"), tuple):
         return dirs
     dirs = tuple(ansible.collections.list.list_collection_dirs())
     if not callable(getattr(planner, "_load_collections", None)):
@@ -153,9 +167,7 @@ def cache_collection_dirs(planner=ansible_mitogen.planner) -> tuple[bytes, ...]:
         for path in dirs:
             invocation._extra_sys_paths.add(path.decode("utf-8"))
 
-    _load_collections.gpucluster_dirs = dirs
-    planner._load_collections = _load_collections
-    return dirs
+    return _install(planner, "_load_collections", _load_collections, "gpucluster_dirs", dirs)
 
 
 def memoize_scan_compile(finder=ansible_mitogen.module_finder) -> dict:
@@ -164,7 +176,7 @@ def memoize_scan_compile(finder=ansible_mitogen.module_finder) -> dict:
     return the cache. Only that module's name ``compile`` is rebound; calls with flags or other
     arguments go to the builtin as they are. Installed once: each play's strategy keeps the
     cache the first one made."""
-    if isinstance(cache := getattr(getattr(finder, "compile", None), "gpucluster_cache", None), dict):
+    if isinstance(cache := _installed(finder, "compile", "gpucluster_cache"), dict):
         return cache
     cache = {}
 
@@ -177,9 +189,7 @@ def memoize_scan_compile(finder=ansible_mitogen.module_finder) -> dict:
             code = cache[key] = builtins.compile(source, filename, mode)
         return code
 
-    compile.gpucluster_cache = cache
-    finder.compile = compile
-    return cache
+    return _install(finder, "compile", compile, "gpucluster_cache", cache)
 
 
 def _compile_settings(env) -> tuple:
@@ -208,12 +218,17 @@ def cache_template_compiles(env_class=None, limit: int = 20000) -> dict:
     env_class = env_class or _AnsibleEnvironment
     if env_class is None:
         return {}
-    if isinstance(cache := getattr(env_class.compile, "gpucluster_cache", None), dict):
+    if isinstance(cache := _installed(env_class, "compile", "gpucluster_cache"), dict):
         return cache
     cache = {}
     jinja_compile = env_class.compile
     jinja_compile_expression = env_class.compile_expression
     capturing = []  # one list per compile_expression under way: the trees it compiled
+
+    def keep(key, code):
+        if len(cache) >= limit:
+            cache.clear()
+        cache[key] = code
 
     def compile(self, source, name=None, filename=None, raw=False, defer_init=False):  # noqa: A001 Jinja's name
         if raw or self._debuggable_template_source:
@@ -226,10 +241,7 @@ def cache_template_compiles(env_class=None, limit: int = 20000) -> dict:
         key = ("template", str(source), name, filename, defer_init, _compile_settings(self))
         code = cache.get(key)
         if code is None:
-            code = jinja_compile(self, source, name, filename, raw, defer_init)
-            if len(cache) >= limit:
-                cache.clear()
-            cache[key] = code
+            keep(key, code := jinja_compile(self, source, name, filename, raw, defer_init))
         return code
 
     def compile_expression(self, source, undefined_to_none=True):
@@ -246,15 +258,11 @@ def cache_template_compiles(env_class=None, limit: int = 20000) -> dict:
         finally:
             captured = capturing.pop()
         if len(captured) == 1:  # the one tree it compiled; else (a nested compile) leave it uncached
-            if len(cache) >= limit:
-                cache.clear()
-            cache[key] = captured[0]
+            keep(key, captured[0])
         return expression
 
-    compile.gpucluster_cache = cache
-    env_class.compile = compile
     env_class.compile_expression = compile_expression
-    return cache
+    return _install(env_class, "compile", compile, "gpucluster_cache", cache)
 
 
 def share_template_plugins(intercept_class=None) -> dict:
@@ -270,7 +278,7 @@ def share_template_plugins(intercept_class=None) -> dict:
     intercept_class = intercept_class or _JinjaPluginIntercept
     if intercept_class is None:
         return {}
-    if isinstance(shared := getattr(intercept_class.__getitem__, "gpucluster_shared", None), dict):
+    if isinstance(shared := _installed(intercept_class, "__getitem__", "gpucluster_shared"), dict):
         return shared
     shared = {}
     resolve = intercept_class.__getitem__
@@ -283,9 +291,7 @@ def share_template_plugins(intercept_class=None) -> dict:
             func = shared[name] = resolve(self, key)  # raises for a name it cannot resolve
         return func
 
-    __getitem__.gpucluster_shared = shared
-    intercept_class.__getitem__ = __getitem__
-    return shared
+    return _install(intercept_class, "__getitem__", __getitem__, "gpucluster_shared", shared)
 
 
 def controller_skip(host, task, task_vars, play_context, loader):
