@@ -35,6 +35,10 @@ options:
   _terms:
     description: Pids of processes on the controller.
     required: false
+  default_playbook:
+    description: The C(playbook) to record where ansible-playbook was given none (outside ansible-playbook).
+    type: str
+    default: ""
 """
 
 EXAMPLES = """
@@ -81,19 +85,21 @@ def playbooks() -> list[str]:
     return [str(arg) for arg in context.CLIARGS.get("args") or ()]
 
 
-def describe_run(proc: str = PROC) -> dict:
+def describe_run(proc: str = PROC, default_playbook: str = "") -> dict:
     """This run: a new id, the controller's node name (uname -n), the effective user (id -un),
-    ansible-playbook's pid with its start time, and its playbook arguments."""
+    ansible-playbook's pid with its start time, and its playbook arguments (else default_playbook)."""
     pid = playbook_pid()
     return {"id": str(uuid.uuid4()), "controller": os.uname().nodename,
             "user": pwd.getpwuid(os.geteuid()).pw_name,
-            "pid": pid, "pid_start": process_start(pid, proc), "playbook": " ".join(playbooks())}
+            "pid": pid, "pid_start": process_start(pid, proc),
+            "playbook": " ".join(playbooks()) or default_playbook}
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
+        self.set_options(var_options=variables, direct=kwargs)
         if not terms:
-            return [describe_run()]
+            return [describe_run(default_playbook=self.get_option("default_playbook") or "")]
         out = []
         for term in terms:
             try:

@@ -64,6 +64,17 @@ def test_the_lookup_refuses_what_is_not_a_pid():
     assert controller_run.LookupModule().run([os.getpid(), 0]) == [controller_run.process_start(os.getpid()), "gone"]
 
 
+def test_without_playbook_arguments_the_run_records_the_default_playbook(monkeypatch):
+    """Outside ansible-playbook (no playbook arguments) the run records default_playbook (lock.yml
+    passes its play's name, in the one templating that makes the run id); arguments win."""
+    monkeypatch.setattr(controller_run, "playbooks", lambda: [])
+    run = controller_run.describe_run(default_playbook="Preflight")
+    assert run["playbook"] == "Preflight" and run["pid"] == os.getpid() and len(run["id"]) == 36
+    assert controller_run.describe_run()["playbook"] == ""
+    monkeypatch.setattr(controller_run, "playbooks", lambda: ["site.yml", "more.yml"])
+    assert controller_run.describe_run(default_playbook="Preflight")["playbook"] == "site.yml more.yml"
+
+
 def test_a_run_describes_ansible_playbook_from_a_worker(tmp_path):
     """Templated in a task worker, the pid is ansible-playbook's (the worker's parent), and so are
     the start time; the playbook is the one it was given (the inventory is not one)."""
@@ -75,7 +86,7 @@ def test_a_run_describes_ansible_playbook_from_a_worker(tmp_path):
     book.write_text(yaml.safe_dump([{"hosts": "node-x", "gather_facts": False, "tasks": [
         {"name": "Describe", "ansible.builtin.copy": {
             "dest": str(out), "mode": "0600",
-            "content": "{{ lookup('gpucluster.cluster.controller_run') | combine({'worker': "
+            "content": "{{ lookup('gpucluster.cluster.controller_run', default_playbook='the play') | combine({'worker': "
                        "lookup('ansible.builtin.pipe', 'echo $PPID') | int}) | to_json }}"}}]}]))
     playbook_cli = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     proc = subprocess.Popen([playbook_cli, "-i", str(inv), str(book)],
