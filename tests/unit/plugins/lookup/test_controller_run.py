@@ -86,8 +86,8 @@ def test_a_run_describes_ansible_playbook_from_a_worker(tmp_path):
     book.write_text(yaml.safe_dump([{"hosts": "node-x", "gather_facts": False, "tasks": [
         {"name": "Describe", "ansible.builtin.copy": {
             "dest": str(out), "mode": "0600",
-            "content": "{{ lookup('gpucluster.cluster.controller_run', default_playbook='the play') | combine({'worker': "
-                       "lookup('ansible.builtin.pipe', 'echo $PPID') | int}) | to_json }}"}}]}]))
+            "content": "{{ lookup('gpucluster.cluster.controller_run', default_playbook='the play')"
+                       " | combine({'worker': lookup('ansible.builtin.pipe', 'echo $PPID') | int}) | to_json }}"}}]}]))
     playbook_cli = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     proc = subprocess.Popen([playbook_cli, "-i", str(inv), str(book)],
                             env=ansible_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
