@@ -121,7 +121,7 @@ def sandbox(request) -> Path:
 def pytest_collection_modifyitems(config, items):
     """Every integration test shares one sandbox and runs in file order (test_teardown.py last):
     under pytest-xdist (scripts/test.sh, ``--dist loadgroup``) they form one group on one worker,
-    beside the molecule scenarios on the other.
+    beside the molecule scenarios on the other. test_packaging.py's tests form a group of their own.
 
     ``tryfirst``: xdist's own hook turns the ``xdist_group`` marks into the node-id suffix its
     scheduler groups by, so the marks must be on the items before it runs, whatever order the
@@ -130,6 +130,10 @@ def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     for item in items:
         path = Path(str(item.fspath))
-        # test_packaging.py builds the wheel and the collection in temp dirs, no sandbox needed
-        if path.parent == here and path.name != "test_packaging.py":
-            item.add_marker(pytest.mark.xdist_group("sandbox"))
+        if path.parent != here:
+            continue
+        # test_packaging.py builds the wheel and the collection in temp dirs, no sandbox needed;
+        # its tests stay together so that one worker builds each once (its fixtures are per
+        # module: spread over both workers, CI built the wheel's venv twice, 53 s each).
+        group = "packaging" if path.name == "test_packaging.py" else "sandbox"
+        item.add_marker(pytest.mark.xdist_group(group))
