@@ -23,7 +23,7 @@ PIPE = re.compile(r"\|\s*((?:gpucluster\.cluster\.)?)([A-Za-z_][A-Za-z0-9_]*)\b"
 
 FILES = {
     "benchmark", "diagnose", "gpudirect", "health", "hugepages", "inventory", "k8s", "multi_nic", "nccl",
-    "nvidia_driver", "plan", "rdma", "runtime", "docker_engine", "container_toolkit", "versions",
+    "nvidia_driver", "plan", "rdma", "runtime", "docker_engine", "container_toolkit", "versions", "dpkg",
 }
 
 

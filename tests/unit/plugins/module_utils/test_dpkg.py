@@ -128,3 +128,14 @@ def test_unsatisfied_reads_versions_as_apt_does():
 def test_query_reader_ignores_noise():
     text = "dpkg-query: no packages found matching x\n\nbash\t5.2\tii \nbroken line\n"
     assert parse_query(text) == {"bash": "5.2"}
+
+
+def test_the_dpkg_unsatisfied_filter_is_the_modules_own_rule(tmp_path):
+    """nvidia_driver reads dpkg once by name, then asks for versions (dpkg_unsatisfied): a held
+    driver (``hi``, as this role leaves it) is installed, at its version."""
+    from ansible_collections.gpucluster.cluster.plugins.filter.dpkg import FilterModule
+
+    installed = parse_query(_query(tmp_path, ["rdma-core", "libibverbs1", "perftest"]).stdout)
+    missing = FilterModule().filters()["dpkg_unsatisfied"]
+    assert missing(installed, ["libibverbs1=44.0-2", "rdma-core=44.*", "perftest"]) == ["perftest"]
+    assert missing(installed, ["libibverbs1=45.0-1"]) == ["libibverbs1=45.0-1"]
