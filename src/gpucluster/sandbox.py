@@ -407,6 +407,10 @@ ansible_ssh_private_key_file: "{{{{ inventory_dir }}}}/.ssh/id_ed25519"
 ansible_ssh_common_args: >-
   -o UserKnownHostsFile={{{{ inventory_dir }}}}/.ssh/known_hosts -o StrictHostKeyChecking=yes
   -o ConnectTimeout=10
+# The node image is built here (images.py: Debian with python3), so its Python is known: no
+# interpreter discovery, which under mitogen starts the node's Python twice (about 1 s per
+# node and run). `gpucluster hosts` writes the discovered one for real hosts the same way.
+ansible_python_interpreter: /usr/bin/python3
 
 # No GPU in the sandbox: said explicitly, or preflight fails on a GPU-less node.
 preflight_require_gpu: false

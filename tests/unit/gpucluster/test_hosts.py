@@ -33,6 +33,7 @@ def _facts(addr="192.0.2.11", name="gpu-1"):
         "mem": "MemTotal:       2113510400 kB\nMemFree: 1 kB\n",
         "lspci": LSPCI,
         "route": "default via 192.0.2.1 dev ens3 proto dhcp src 192.0.2.11 metric 100\n",
+        "python": "/usr/bin/python3.12\n",
     })
 
 
@@ -51,6 +52,38 @@ def test_inventory_merges_and_keeps_user_entries():
     assert nodes["gpu-2"]["gpucluster_gathered"]["gpus"] == 3
     assert "grafana" in doc["all"]["children"]["monitoring"]["hosts"]
     assert "StrictHostKeyChecking=yes" in nodes["gpu-2"]["ansible_ssh_common_args"]
+
+
+def test_the_python_probe_is_ansibles_discovery_and_its_result_goes_to_the_inventory(tmp_path):
+    import subprocess
+
+    from ansible import constants
+
+    probe = hosts.python_probe()
+    fallback = constants.config.get_config_value("INTERPRETER_PYTHON_FALLBACK")
+    assert fallback and all(f"command -v {p}" in probe or f"command -v '{p}'" in probe for p in fallback)
+    # Run for real with a PATH holding only the last candidate's name and the first's: the first wins.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in (fallback[0], fallback[-1]):
+        if name.startswith("/"):
+            continue
+        exe = bindir / name
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    out = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, text=True, env={"PATH": str(bindir)}).stdout
+    assert out.splitlines()[0] == str(bindir / fallback[0])
+
+    doc = hosts.render_inventory([_facts()], "ubuntu", Path("/k"))
+    assert doc["all"]["children"]["gpu_nodes"]["hosts"]["gpu-1"]["ansible_python_interpreter"] == "/usr/bin/python3.12"
+    # A user's own interpreter stays; no probe result, no entry.
+    own = {"ansible_python_interpreter": "/opt/venv/bin/python"}
+    mine = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-1": own}}}}}
+    doc = hosts.render_inventory([_facts()], "ubuntu", Path("/k"), mine)
+    assert doc["all"]["children"]["gpu_nodes"]["hosts"]["gpu-1"]["ansible_python_interpreter"] == "/opt/venv/bin/python"
+    bare = hosts.HostFacts("192.0.2.13", "gpu-3", "Debian 12", 8, 64000, 0, "eth0")
+    assert "ansible_python_interpreter" not in hosts.render_inventory([bare], "u", Path("/k"))["all"]["children"][
+        "gpu_nodes"]["hosts"]["gpu-3"]
 
 
 def test_duplicate_hostnames_are_refused():
