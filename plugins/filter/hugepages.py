@@ -56,6 +56,7 @@ class FilterModule:
             "hugepages_plan_pools": hugepages_plan_pools,
             "hugepages_kernel_args": hugepages.kernel_cmdline_args,
             "hugepages_parse_meminfo": hugepages.parse_meminfo,
+            "hugepages_mem_total": hugepages.mem_total_bytes,
             "hugepages_parse_cmdline": hugepages.parse_cmdline_hugepages,
             "hugepages_parse_mounts": hugepages.parse_hugetlbfs_mounts,
             "hugepages_supported_sizes": hugepages.supported_page_sizes,

@@ -161,6 +161,18 @@ def parse_meminfo(text: str) -> dict:
     return out
 
 
+def mem_total_bytes(text: str) -> int:
+    """Node memory in bytes from ``/proc/meminfo``'s ``MemTotal`` line (the reader of
+    :func:`parse_meminfo`, without its need for the hugepage lines: a kernel without hugetlbfs
+    has none, and the plan refuses that with the sizes it offers). Raises HugepagesParseError
+    when no ``MemTotal`` line is found."""
+    for line in str(text).splitlines():
+        m = _MEMINFO_RE.match(line)
+        if m and m.group(1) == "MemTotal":
+            return int(m.group(2)) * KiB
+    raise HugepagesParseError("no 'MemTotal:' line in the text: pass the output of 'cat /proc/meminfo'")
+
+
 def supported_page_sizes(listing) -> list:
     """Page sizes (bytes, ascending) the running kernel offers.
 

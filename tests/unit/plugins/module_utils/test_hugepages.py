@@ -14,6 +14,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.hugepages impor
     kernel_cmdline_args,
     kernel_page_sizes,
     kubelet_resource_name,
+    mem_total_bytes,
     node_hugepages_reading,
     parse_cmdline_hugepages,
     parse_hugetlbfs_mounts,
@@ -240,6 +241,18 @@ def test_c20_meminfo_reading():
     assert info["page_size_kb"] == 2048
     assert info["total_bytes"] == 8 * GiB  # 8192 Mi
     assert info["mem_total_kb"] is None  # not in the grep
+
+
+def test_mem_total_from_meminfo_as_the_kernel_counts_it():
+    import os
+    from pathlib import Path
+
+    # This machine's own /proc/meminfo: MemTotal is the kernel's totalram, which sysconf reports too.
+    here = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert mem_total_bytes(Path("/proc/meminfo").read_text()) == here
+    assert mem_total_bytes("MemTotal:       2113510400 kB\nMemFree: 1 kB\n") == 2113510400 * 1024
+    with pytest.raises(HugepagesError, match="MemTotal"):
+        mem_total_bytes(fixture_text(C20 + ".1-node-facts.txt"))  # a grep of the hugepage lines only
 
 
 def test_c20_per_numa_node_and_mount():
