@@ -205,13 +205,26 @@ def branch_problems(branch, version=""):
     return problems
 
 
+def _keeps_installed(branch, wanted, installed):
+    return not wanted and bool(installed) and upstream(installed).startswith(f"{int(branch)}.")
+
+
+def needs_sources(branch, wanted="", installed=""):
+    """Whether :func:`pick_version` needs what the sources offer (``apt-cache madison``): not
+    when it keeps the installed version (no version asked, the installed one of the branch)."""
+    return not _keeps_installed(branch, wanted, installed)
+
+
 def pick_version(madison_text, branch, wanted="", installed=""):
     """The full package version to install and pin, or raise SourcesError naming what exists.
 
     Rule: an exact ``wanted`` upstream version if given; else the installed version when it
-    is of the branch (a rerun never upgrades on its own: the packages are held); else the
-    newest version of the branch the sources offer.
+    is of the branch (a rerun never upgrades on its own: the packages are held; ``madison_text``
+    is not read then, see :func:`needs_sources`); else the newest version of the branch the
+    sources offer.
     """
+    if _keeps_installed(branch, wanted, installed):
+        return installed
     versions = madison_versions(madison_text)
     prefix = f"{int(branch)}."
     if wanted:
@@ -220,8 +233,6 @@ def pick_version(madison_text, branch, wanted="", installed=""):
                 return v
         raise SourcesError(f"the apt sources offer no driver {wanted}; they have "
                            f"{', '.join(upstream(v) for v in versions) or 'none'}")
-    if installed and upstream(installed).startswith(prefix):
-        return installed
     for v in versions:
         if upstream(v).startswith(prefix):
             return v
@@ -234,6 +245,7 @@ class FilterModule:
         return {
             "nvidia_driver_missing_components": value_errors(sources_missing_components),
             "nvidia_driver_pick_version": value_errors(pick_version),
+            "nvidia_driver_needs_sources": value_errors(needs_sources),
             "nvidia_driver_branch_problems": value_errors(branch_problems),
             "nvidia_driver_upstream": value_errors(upstream),
         }

@@ -127,6 +127,18 @@ def test_madison_lists_versions_newest_first():
         nd.madison_versions("nvidia-kernel-dkms 535.261.03-1\n")
 
 
+def test_the_sources_are_read_only_where_the_choice_needs_them():
+    # A rerun keeps the installed driver of the branch: no madison run, and none read.
+    assert nd.needs_sources(535, "", "535.261.03-1") is False
+    assert nd.pick_version("", 535, "", "535.261.03-1") == "535.261.03-1"
+    # A version asked for, nothing installed, or another branch installed: the sources decide.
+    assert nd.needs_sources(535, "535.261.03", "535.261.03-1") is True
+    assert nd.needs_sources(535, "", "") is True
+    assert nd.needs_sources(535, "", "525.147.05-1") is True
+    with pytest.raises(nd.SourcesError):
+        nd.pick_version("", 535, "", "525.147.05-1")
+
+
 def test_pick_version_prefers_what_is_asked_then_what_is_installed_then_the_newest():
     assert nd.pick_version(MADISON, 535, "535.261.03") == "535.261.03-1"
     assert nd.pick_version(MADISON, 535, "", "535.261.03-1") == "535.261.03-1"
