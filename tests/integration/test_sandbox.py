@@ -232,6 +232,8 @@ def test_hosts_init_installs_the_key_with_one_password_and_writes_an_inventory(c
     assert sorted(nodes) == ["node-2", "node-3"]
     assert nodes["node-2"]["gpucluster_gathered"]["os"].startswith("Debian GNU/Linux 12")
     assert nodes["node-2"]["gpucluster_gathered"]["gpus"] == 0
+    # The node's Python, found as Ansible's discovery finds it (Debian 12: python3.11 first).
+    assert nodes["node-2"]["ansible_python_interpreter"] == "/usr/bin/python3.11"
     # A login user other than root becomes root for the stages; the stages' settings come
     # from the sample, with the image given.
     assert nodes["node-2"]["ansible_become"] is True
