@@ -125,7 +125,7 @@ def _result(state, klass, reason, hint, versions, failed_bus_ids=(), pci_ids=())
     return out
 
 
-def _no_devices(versions, lspci_gpus, kernel_log):
+def _no_devices(versions, lspci_gpus, kernel_log, pci_source="lspci"):
     log = parse_kernel_log(kernel_log) if kernel_log else None
     failed = log["failed_bus_ids"] if log else []
     pci_ids = sorted({g["pci_id"] for g in log["gpus"].values() if g["pci_id"]}) if log else []
@@ -135,11 +135,11 @@ def _no_devices(versions, lspci_gpus, kernel_log):
     if pci_ids:
         reason += f" (PCI ID {', '.join(pci_ids)})"
     if lspci_gpus:
-        reason += f"; lspci still lists {len(lspci_gpus)} NVIDIA GPU(s)"
+        reason += f"; {pci_source} still lists {len(lspci_gpus)} NVIDIA GPU(s)"
     elif lspci_gpus is not None:
-        reason += "; lspci lists no NVIDIA GPU"
+        reason += f"; {pci_source} lists no NVIDIA GPU"
     if lspci_gpus is not None and not lspci_gpus:
-        hint = ("lspci shows no NVIDIA GPU: reseat the card, check its power and the BIOS PCIe "
+        hint = (f"{pci_source} shows no NVIDIA GPU: reseat the card, check its power and the BIOS PCIe "
                 "settings; the driver has no device to drive")
     else:
         hint = ("do not reinstall the driver: the GPU is on the bus but was not initialised; "
@@ -150,7 +150,7 @@ def _no_devices(versions, lspci_gpus, kernel_log):
 
 
 def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpkg_version=None,
-                 lspci_gpus=None, kernel_log=None):
+                 lspci_gpus=None, kernel_log=None, pci_source="lspci"):
     """Classify the NVIDIA driver of a node as ``absent``, ``installed-not-loaded`` or ``ready``.
 
     Inputs:
@@ -162,7 +162,9 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
       version), None when the file does not exist (kernel module not loaded);
     - ``dpkg_version``: installed user-space driver version (``525.85.12`` or the Debian
       ``525.85.12-1``, see :func:`nvidia_userspace_version`), None when no package;
-    - ``lspci_gpus``: :func:`parse_lspci_nn` result, None when lspci was not run;
+    - ``lspci_gpus``: :func:`parse_lspci_nn` result (or :func:`parse_sysfs_pci`'s GPUs, with
+      ``pci_source`` naming where they were read, as the reasons say it), None when neither
+      was read;
     - ``kernel_log``: ``dmesg``/syslog text, read by ``gpu_kernel.parse_kernel_log`` for the
       bus ids and PCI ids of GPUs that failed to initialise; optional.
 
@@ -217,7 +219,7 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
                            "(nvidia-utils-<branch>) and check PATH", versions)
         reason = "nvidia-smi not found, /proc/driver/nvidia/version absent, no driver package"
         if lspci_gpus is not None:
-            reason += f"; lspci lists {len(lspci_gpus)} NVIDIA GPU(s)"
+            reason += f"; {pci_source} lists {len(lspci_gpus)} NVIDIA GPU(s)"
         if lspci_gpus:
             hint = "install the NVIDIA driver (role nvidia_driver)"
         elif lspci_gpus is None:
@@ -247,7 +249,7 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
                        "(dkms status, dmesg | grep NVRM)", versions)
 
     if "No devices were found" in output:
-        return _no_devices(versions, lspci_gpus, kernel_log)
+        return _no_devices(versions, lspci_gpus, kernel_log, pci_source)
 
     if "GPU is lost" in output or "Unable to determine the device handle" in output:
         log = parse_kernel_log(kernel_log) if kernel_log else None

@@ -1,4 +1,4 @@
-"""NVIDIA GPUs on the PCI bus: ``lspci -nn`` / ``lspci -Dnn`` and PCI bus ids.
+"""NVIDIA GPUs on the PCI bus: ``lspci -nn`` / ``lspci -Dnn``, ``/sys/bus/pci/devices`` and PCI bus ids.
 
 Part of the GPU component (``gpu_pci``: lspci; ``gpu_smi``: nvidia-smi queries; ``gpu_topology``:
 ``nvidia-smi topo``; ``gpu_driver``: driver state; ``gpu_kernel``: kernel log; ``gpu_fabric``:
@@ -139,3 +139,50 @@ def parse_lspci_nvswitches(text):
                     "name": re.sub(r"^NVIDIA Corporation\s+", "", m.group("desc").strip())})
     out.sort(key=lambda s: s["bus_id"])
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# /sys/bus/pci/devices (the kernel's own list; lspci reads the same, plus pci.ids for names)
+# --------------------------------------------------------------------------------------------
+
+SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"
+_SYSFS_HEX_RE = re.compile(r"^0x([0-9a-fA-F]+)$")
+
+
+def _sysfs_hex(slot, name, text, digits):
+    m = _SYSFS_HEX_RE.match(str(text or "").strip())
+    if not m or len(m.group(1)) != digits:
+        raise ParseError(f"{SYSFS_PCI_DEVICES}/{slot}/{name}: expected 0x and {digits} hex digits "
+                         f"(as the kernel writes it), got {shorten(str(text))!r}")
+    return m.group(1).lower()
+
+
+def parse_sysfs_pci(devices):
+    """NVIDIA GPUs and NVSwitch bridges from ``/sys/bus/pci/devices``: ``(gpus, nvswitches)`` in
+    the records of :func:`parse_lspci_nn` and :func:`parse_lspci_nvswitches`, in bus order, with
+    ``name`` None (the names are lspci's, from pci.ids).
+
+    ``devices`` maps each directory name (the bus id, ``0000:17:00.0``) to the text of its
+    ``vendor`` (``0x10de``), ``device`` (``0x20b2``), ``class`` (``0x030200``: class, subclass,
+    programming interface) and ``revision`` (``0xa1``) files; a missing ``revision`` is None.
+    Raises ParseError for a value the kernel would not write.
+    """
+    gpus, switches = [], []
+    for slot in sorted(devices):
+        files = devices[slot]
+        vendor = _sysfs_hex(slot, "vendor", files.get("vendor"), 4)
+        if vendor != NVIDIA_VENDOR_ID:
+            continue
+        klass = _sysfs_hex(slot, "class", files.get("class"), 6)[:4]
+        device = _sysfs_hex(slot, "device", files.get("device"), 4)
+        bus_id = normalize_bus_id(slot)
+        if klass in GPU_PCI_CLASSES:
+            rev = files.get("revision")
+            gpus.append({"bus_id": bus_id, "vendor_id": vendor, "device_id": device,
+                         "pci_id": f"{vendor}:{device}", "class_id": klass, "name": None,
+                         "rev": _sysfs_hex(slot, "revision", rev, 2) if rev is not None else None})
+        elif klass == NVSWITCH_PCI_CLASS:
+            switches.append({"bus_id": bus_id, "pci_id": f"{vendor}:{device}", "name": None})
+    gpus.sort(key=lambda g: g["bus_id"])
+    switches.sort(key=lambda s: s["bus_id"])
+    return gpus, switches

@@ -90,7 +90,10 @@ ansible_facts:
             failed_bus_ids: []
             pci_ids: []
         pci_gpus:
-          description: NVIDIA GPUs on the PCI bus (lspci), whatever the driver state.
+          description:
+            - NVIDIA GPUs on the PCI bus, whatever the driver state, from C(lspci -Dnn); where
+              lspci is missing or fails, from C(/sys/bus/pci/devices) with C(name) null (see
+              C(pci_source)).
           type: list
           elements: dict
           sample:
@@ -117,12 +120,13 @@ ansible_facts:
           description: Number of entries in C(gpus).
           type: int
         pci_gpu_count:
-          description: Number of entries in C(pci_gpus) (0 when lspci is missing).
+          description: Number of entries in C(pci_gpus) (0 when neither lspci nor /sys/bus/pci/devices was read).
           type: int
         nvswitches:
           description:
-            - NVSwitch bridges on the PCI bus (NVIDIA class 0680, lspci) as bus_id, pci_id, name;
-              null when lspci is missing. Fabric Manager applies only when this is not empty
+            - NVSwitch bridges on the PCI bus (NVIDIA class 0680; lspci, else /sys/bus/pci/devices
+              with name null) as bus_id, pci_id, name; null when neither could be read. Fabric
+              Manager applies only when this is not empty
               (C(gpu_fabric.fabricmanager_state)).
           type: list
           elements: dict
@@ -130,6 +134,12 @@ ansible_facts:
             - bus_id: "0000:c1:00.0"
               pci_id: "10de:1af1"
               name: "Device"
+        pci_source:
+          description:
+            - Where C(pci_gpus) and C(nvswitches) were read, C(lspci) or C(/sys/bus/pci/devices);
+              null when neither.
+          type: str
+          sample: lspci
         topology:
           description:
             - C(nvidia-smi topo -m) as read by C(parse_topo_matrix) (gpu_count, gpus with
@@ -168,8 +178,10 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_driver impo
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import (
+    SYSFS_PCI_DEVICES,
     parse_lspci_nn,
     parse_lspci_nvswitches,
+    parse_sysfs_pci,
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_smi import (
     GPU_QUERY_FIELDS,
@@ -202,13 +214,40 @@ def read_file(path):
         return None
 
 
+def list_dir(path):
+    """Names in ``path``, or None when it cannot be listed."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return None
+
+
+def sysfs_pci(read, listdir):
+    """``{slot: {vendor, device, class, revision}}`` from /sys/bus/pci/devices (the texts of
+    the files; an unreadable one is None), or None when the directory cannot be listed."""
+    slots = listdir(SYSFS_PCI_DEVICES)
+    if slots is None:
+        return None
+    out = {}
+    for slot in slots:
+        base = f"{SYSFS_PCI_DEVICES}/{slot}"
+        vendor = read(f"{base}/vendor")
+        if vendor is None:
+            continue
+        out[slot] = {"vendor": vendor, "device": read(f"{base}/device"), "class": read(f"{base}/class"),
+                     "revision": read(f"{base}/revision")}
+    return out
+
+
 def _parse(module, what, func, *args):
     return parse_or_fail(module, f"gpu_facts: cannot read the output of {what}", func, *args)
 
 
-def collect(module, read=None):
-    """Run the probes and return the ``gpucluster_gpu`` dict (``read``: file reader, tests)."""
+def collect(module, read=None, listdir=None):
+    """Run the probes and return the ``gpucluster_gpu`` dict (``read``: file reader,
+    ``listdir``: directory lister, for tests)."""
     read = read or read_file
+    listdir = listdir or list_dir
     tools = {name: module.get_bin_path(name) for name in ("lspci", "nvidia-smi", "dpkg-query",
                                                          "dmesg")}
     pci_gpus = None
@@ -220,6 +259,14 @@ def collect(module, read=None):
             nvswitches = _parse(module, "lspci -Dnn", parse_lspci_nvswitches, out)
         else:
             module.warn(f"lspci -Dnn exited {rc}: {err.strip()}")
+    # Without lspci (pciutils is not on every minimal install), the kernel's own list: the same
+    # devices, without names. One reader of the PCI bus for every stage (the plan, the driver).
+    pci_source = "lspci"
+    if pci_gpus is None:
+        devices = sysfs_pci(read, listdir)
+        if devices is not None:
+            pci_gpus, nvswitches = _parse(module, SYSFS_PCI_DEVICES, parse_sysfs_pci, devices)
+            pci_source = SYSFS_PCI_DEVICES
 
     userspace = None
     if tools["dpkg-query"]:
@@ -238,12 +285,12 @@ def collect(module, read=None):
                                                  "--format=csv,noheader,nounits"])
         smi_text = smi_out + err
     state = _parse(module, "nvidia-smi / driver version files", driver_state, smi_rc, smi_text,
-                   proc_text, userspace, pci_gpus)
+                   proc_text, userspace, pci_gpus, None, pci_source)
     if (state["class"] in ("NO_DEVICES_INITIALISED", "GPU_LOST") and module.params["kernel_log"]
             and tools["dmesg"]):
         rc, log, _err = run_tool(module, [tools["dmesg"]])
         if rc == 0:
-            state = driver_state(smi_rc, smi_text, proc_text, userspace, pci_gpus, log)
+            state = driver_state(smi_rc, smi_text, proc_text, userspace, pci_gpus, log, pci_source)
 
     gpus = []
     topology = None
@@ -277,6 +324,7 @@ def collect(module, read=None):
         "gpu_count": len(gpus),
         "pci_gpu_count": len(pci_gpus or []),
         "nvswitches": nvswitches,
+        "pci_source": pci_source if pci_gpus is not None else None,
         "topology": topology,
         "gpu_nic_map": nic_map,
         "missing_gpus": missing,

@@ -7,6 +7,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import 
     normalize_bus_id,
     parse_lspci_nn,
     parse_lspci_nvswitches,
+    parse_sysfs_pci,
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
 
@@ -68,3 +69,37 @@ def test_bus_id():
         normalize_bus_id("00000000:1A:00")
     with pytest.raises(ParseError, match="no input"):
         parse_lspci_nn(None)
+
+
+def _this_machines_sysfs():
+    from pathlib import Path
+
+    base = Path("/sys/bus/pci/devices")
+    if not base.is_dir():
+        pytest.skip("no /sys/bus/pci/devices here")
+    out = {}
+    for d in sorted(base.iterdir()):
+        out[d.name] = {n: (d / n).read_text() if (d / n).exists() else None
+                       for n in ("vendor", "device", "class", "revision")}
+    return out
+
+
+def test_sysfs_reader_takes_the_kernels_own_files():
+    # This machine's real /sys/bus/pci/devices (no NVIDIA device): read without an error.
+    devices = _this_machines_sysfs()
+    assert devices and parse_sysfs_pci(devices) == ([], [])
+    # The same files with an NVIDIA 3D controller and an NVSwitch among them.
+    devices["0000:17:00.0"] = {"vendor": "0x10de\n", "device": "0x2330\n", "class": "0x030200\n",
+                               "revision": "0xa1\n"}
+    devices["0000:c1:00.0"] = {"vendor": "0x10de\n", "device": "0x22a3\n", "class": "0x068000\n",
+                               "revision": None}
+    gpus, switches = parse_sysfs_pci(devices)
+    assert gpus == [{"bus_id": "0000:17:00.0", "vendor_id": "10de", "device_id": "2330", "pci_id": "10de:2330",
+                     "class_id": "0302", "name": None, "rev": "a1"}]
+    assert switches == [{"bus_id": "0000:c1:00.0", "pci_id": "10de:22a3", "name": None}]
+
+
+def test_sysfs_reader_refuses_what_the_kernel_would_not_write():
+    bad = {"0000:17:00.0": {"vendor": "0x10de\n", "device": "0x2330\n", "class": "0x0302\n", "revision": None}}
+    with pytest.raises(ParseError, match=r"/sys/bus/pci/devices/0000:17:00.0/class: expected 0x and 6 hex digits"):
+        parse_sysfs_pci(bad)

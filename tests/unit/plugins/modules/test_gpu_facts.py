@@ -88,6 +88,55 @@ def _c09():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def no_sysfs(monkeypatch):
+    """The machine running the tests keeps its own /sys out: a test that wants the sysfs
+    fallback passes ``listdir`` (and the files through ``read``)."""
+    monkeypatch.setattr(gpu_facts, "list_dir", lambda path: None)
+
+
+def _sysfs(devices):
+    """A fake /sys/bus/pci/devices: ``{slot: (vendor, device, class, revision)}`` as the kernel
+    writes the files (0x-prefixed, newline-terminated)."""
+    base = gpu_facts.SYSFS_PCI_DEVICES
+    files = {}
+    for slot, values in devices.items():
+        for name, value in zip(("vendor", "device", "class", "revision"), values, strict=True):
+            files[f"{base}/{slot}/{name}"] = value + "\n"
+    return (lambda path: sorted(devices) if path == base else None), files
+
+
+def test_without_lspci_the_pci_bus_is_read_from_sysfs():
+    # The A100 HGX of LSPCI_8GPU as the kernel lists it: 8 GPUs, 6 NVSwitches, a NIC.
+    devices = {f"0000:{b}:00.0": ("0x10de", "0x20b2", "0x030200", "0xa1") for b in BUS_IDS}
+    switches = [f"0000:{b}:00.0" for b in ("c1", "c2", "c3", "c4", "c5", "c6")]
+    devices.update({slot: ("0x10de", "0x1af1", "0x068000", "0xa1") for slot in switches})
+    devices["0000:3b:00.0"] = ("0x15b3", "0x1017", "0x020000", "0x00")
+    listdir, files = _sysfs(devices)
+    facts = gpu_facts.collect(FakeModule({}, {}), read=_files(files), listdir=listdir)
+    from_lspci = gpu_facts.parse_lspci_nn(LSPCI_8GPU)
+    assert [{**g, "name": None} for g in from_lspci] == facts["pci_gpus"]
+    assert [s["bus_id"] for s in facts["nvswitches"]] == switches
+    assert facts["pci_gpu_count"] == 8 and facts["pci_source"] == "/sys/bus/pci/devices"
+    # The driver's reasons say where the GPUs were seen, and the hint is to install it.
+    assert facts["driver"]["class"] == "ABSENT"
+    assert "/sys/bus/pci/devices lists 8 NVIDIA GPU(s)" in facts["driver"]["reason"]
+    assert facts["driver"]["hint"] == "install the NVIDIA driver (role nvidia_driver)"
+
+
+def test_lspci_wins_where_it_runs_and_sysfs_is_not_read():
+    listdir, files = _sysfs({"0000:07:00.0": ("0x10de", "0x20b2", "0x030200", "0xa1")})
+    module = FakeModule(_bins("lspci"), {"/usr/bin/lspci -Dnn": (0, LSPCI_NO_GPU, "")})
+    facts = gpu_facts.collect(module, read=_files(files), listdir=listdir)
+    assert facts["pci_gpus"] == [] and facts["pci_source"] == "lspci"
+
+
+def test_neither_lspci_nor_sysfs():
+    facts = gpu_facts.collect(FakeModule({}, {}), read=_files({}), listdir=lambda path: None)
+    assert facts["pci_gpus"] == [] and facts["nvswitches"] is None and facts["pci_source"] is None
+    assert "run lspci" in facts["driver"]["hint"]
+
+
 def test_node_without_gpu():
     module = FakeModule(_bins("lspci", "dmesg"), {"/usr/bin/lspci -Dnn": (0, LSPCI_NO_GPU, "")})
     facts = gpu_facts.collect(module, read=_files({}))
@@ -305,7 +354,7 @@ def test_documentation_matches_argument_spec():
     returned = yaml.safe_load(gpu_facts.RETURN)["ansible_facts"]["contains"]["gpucluster_gpu"]
     keys = set(returned["contains"])
     assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "nvswitches",
-                    "topology", "gpu_nic_map", "missing_gpus", "tools"}
+                    "pci_source", "topology", "gpu_nic_map", "missing_gpus", "tools"}
     assert keys == set(gpu_facts.collect(FakeModule({}, {}), read=_files({})))
 
 
