@@ -24,8 +24,6 @@ description:
     own cache_valid_time and its sources did not change.
   - Read-only; the same in check mode.
 version_added: "0.1.0"
-author:
-  - gpucluster contributors
 options:
   root:
     description:
@@ -35,13 +33,7 @@ options:
     default: /
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: debian
+  - gpucluster.cluster.debian_reader
 """
 
 EXAMPLES = r"""

@@ -21,8 +21,6 @@ description:
     installed or removed with its configuration files left counts as not installed.
   - Read-only; the same in check mode.
 version_added: "0.1.0"
-author:
-  - gpucluster contributors
 options:
   name:
     description: Packages, as given to M(ansible.builtin.apt) (C(name), C(name=version), C(name=version*)).
@@ -34,13 +32,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: debian
+  - gpucluster.cluster.debian_reader
 """
 
 EXAMPLES = r"""
