@@ -252,16 +252,17 @@ def collect(module, read=None, listdir=None):
                                                          "dmesg")}
     pci_gpus = None
     nvswitches = None
+    pci_source = None
     if tools["lspci"]:
         rc, out, err = run_tool(module, [tools["lspci"], "-Dnn"])
         if rc == 0:
             pci_gpus = _parse(module, "lspci -Dnn", parse_lspci_nn, out)
             nvswitches = _parse(module, "lspci -Dnn", parse_lspci_nvswitches, out)
+            pci_source = "lspci"
         else:
             module.warn(f"lspci -Dnn exited {rc}: {err.strip()}")
     # Without lspci (pciutils is not on every minimal install), the kernel's own list: the same
     # devices, without names. One reader of the PCI bus for every stage (the plan, the driver).
-    pci_source = "lspci"
     if pci_gpus is None:
         devices = sysfs_pci(read, listdir)
         if devices is not None:
@@ -324,7 +325,7 @@ def collect(module, read=None, listdir=None):
         "gpu_count": len(gpus),
         "pci_gpu_count": len(pci_gpus or []),
         "nvswitches": nvswitches,
-        "pci_source": pci_source if pci_gpus is not None else None,
+        "pci_source": pci_source,
         "topology": topology,
         "gpu_nic_map": nic_map,
         "missing_gpus": missing,
