@@ -62,6 +62,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils import (
     policy_routing,
     rdma,
 )
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import strip_launcher_prefix
 
 NCCL_RESULTS = {
     0: "ncclSuccess",
@@ -231,7 +232,6 @@ def find_insecure_ssh_options(args) -> list:
 # NCCL INFO log summary
 # --------------------------------------------------------------------------------------------
 
-_PREFIX = re.compile(r"^(\S+?):(\d+):(\d+) \[(\d+)\] ")
 _ADDR_ITEM = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.\-]+):(\S+?)<\d+>")
 
 
@@ -256,14 +256,21 @@ def nccl_transport_summary(log: str) -> dict:
          "socket_interfaces": [{"name": "eth0", "address": "192.0.2.10"}],
          "bootstrap": [{"host", "name", "address"}], "oob": [{"host", "name", "address"}],
          "gdr": True | False | None, "gdr_by_hca": {"mlx5_0": False},
+         "gdr_by_gpu": {"ca000": False},
          "nranks": int | None, "hosts": [str],
          "warnings": [str], "error_code": int | None, "error_name": str | None}
 
     ``transport`` comes from ``Using network X``; without that line it is inferred (NET/IB
-    devices -> IB, NET/Socket interfaces -> Socket). ``gdr`` is False when every HCA reports
-    "GPU Direct RDMA Disabled", True when one is Enabled or a channel goes ``/GDRDMA``, None
-    when the log does not say. A ``non-device net plugin`` line without a loaded plugin is
-    NCCL's internal implementation (fixture E14).
+    devices -> IB, NET/Socket interfaces -> Socket). ``gdr`` says whether GPUDirect RDMA
+    carried the traffic, from the strongest evidence the log has: the channels NCCL connected
+    over the network (``[send] via NET/<net>/<dev>[/GDRDMA]``, any network name, "AWS
+    Libfabric" included) when it printed them; else its per-GPU decisions (``GPU Direct RDMA
+    Enabled|Disabled for GPU <busid> / HCA <n> (distance ...)``, ``gdr_by_gpu``); else the
+    per-HCA capability (``GPU Direct RDMA Enabled|Disabled for HCA <n> '<dev>'``,
+    ``gdr_by_hca``: the peer-memory module is there, not that a GPU used it); None when the
+    log says none of these. A ``non-device net plugin`` line without a loaded plugin is NCCL's
+    internal implementation (fixture E14). Lines may carry a launcher's prefix (Open MPI's
+    ``--tag-output``, pdsh's ``host: ``); ``hosts`` are NCCL's own host names.
     """
     out = {
         "nccl_version": None,
@@ -277,6 +284,7 @@ def nccl_transport_summary(log: str) -> dict:
         "oob": [],
         "gdr": None,
         "gdr_by_hca": {},
+        "gdr_by_gpu": {},
         "nranks": None,
         "hosts": [],
         "warnings": [],
@@ -284,17 +292,17 @@ def nccl_transport_summary(log: str) -> dict:
         "error_name": None,
     }
     transports = []
-    gdr_used = False
+    net_channels = []  # per network channel line: GDRDMA or not
 
     def add(lst, item):
         if item not in lst:
             lst.append(item)
 
     for raw in str(log).splitlines():
-        line = re.sub(r"[ \t]+", " ", raw.strip())  # a paste's lost indentation and tabs
-        pm = _PREFIX.match(line)
-        host = pm.group(1) if pm else None
-        if host and "NCCL" in line:
+        line = re.sub(r"[ \t]+", " ", strip_launcher_prefix(raw.strip()))  # a paste's lost indentation and tabs
+        pm = nccl_net_plugin.nccl_line_prefix(line)
+        host = pm.group("host") if pm else None
+        if host:
             add(out["hosts"], host)
         m = re.search(r"NCCL version (\S+)", line)
         if m:
@@ -311,7 +319,8 @@ def nccl_transport_summary(log: str) -> dict:
         if m:
             body = m.group(1)
             main, _, oob = body.partition("; OOB ")
-            for _idx, dev, port, ll in re.findall(r"\[(\d+)\]([^:\s\[\]]+):(\d+)/(\w+)", main):
+            # [0]mlx5_0:1/IB ..., and from 2.20 merged NICs: [0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE}
+            for _idx, dev, port, ll in re.findall(r"\[(\d+)\] ?([^:\s\[\]={},]+):(\d+)/(\w+)", main):
                 add(out["ib_devices"], {"device": dev, "port": int(port), "link_layer": ll})
             if "[RO]" in main:
                 out["relaxed_ordering"] = True
@@ -332,8 +341,16 @@ def nccl_transport_summary(log: str) -> dict:
         m = re.search(r"GPU Direct RDMA (Enabled|Disabled) for HCA \d+ '([^']+)'", line)
         if m:
             out["gdr_by_hca"][m.group(2)] = m.group(1) == "Enabled"
-        if re.search(r"via NET/\S+/GDRDMA", line):
-            gdr_used = True
+        m = re.search(r"GPU Direct RDMA (Enabled|Disabled) for GPU (\S+) / HCA \d+", line)
+        if m:
+            gpu = m.group(2)
+            out["gdr_by_gpu"][gpu] = out["gdr_by_gpu"].get(gpu, False) or m.group(1) == "Enabled"
+        # src/transport/net.cc: "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s" (the
+        # network's name may hold spaces; "/GDRDMA", "(PCI)", "/Shared" follow the device, and a
+        # proxied connection prints "/<dev>(<proxyRank>)"); 2.4's "Ring %02d : %d -> %d [send] ..."
+        m = re.search(r"via NET/(.+?)/\d+(?:\(\d+\))?(\S*)\s*$", line)
+        if m:
+            net_channels.append("/GDRDMA" in m.group(2))
         m = re.search(r"\bnranks (\d+)", line)
         if m:
             out["nranks"] = int(m.group(1))
@@ -353,10 +370,12 @@ def nccl_transport_summary(log: str) -> dict:
         out["transport"] = "IB"
     elif out["socket_interfaces"] or re.search(r"NET/Socket ?: \d+ interfaces found", str(log)):
         out["transport"] = "Socket"
-    if out["gdr_by_hca"]:
-        out["gdr"] = any(out["gdr_by_hca"].values()) or gdr_used
-    elif gdr_used:
-        out["gdr"] = True
+    if net_channels:
+        out["gdr"] = any(net_channels)
+    elif out["gdr_by_gpu"]:
+        out["gdr"] = any(out["gdr_by_gpu"].values())
+    elif out["gdr_by_hca"]:
+        out["gdr"] = any(out["gdr_by_hca"].values())
     return out
 
 
@@ -512,11 +531,11 @@ def _rule_nccl_bootstrap(text, ctx):
     s = nccl_transport_summary(text)
     refused = {}
     for line in ev:
-        pm = _PREFIX.match(line)
+        pm = nccl_net_plugin.nccl_line_prefix(strip_launcher_prefix(line))
         if pm:
-            devs = refused.setdefault(pm.group(1), [])
-            if f"[{pm.group(4)}]" not in devs:
-                devs.append(f"[{pm.group(4)}]")
+            devs = refused.setdefault(pm.group("host"), [])
+            if f"[{pm.group('dev')}]" not in devs:
+                devs.append(f"[{pm.group('dev')}]")
     where = ", ".join("{} devices {}".format(h, ", ".join(d)) for h, d in refused.items()) or "a node"
     bad = []
     good = []

@@ -8,10 +8,13 @@ Grammar (the ``INFO``/``WARN`` format strings of NVIDIA/nccl ``src/init.cc``, ``
 ``src/plugin/net.cc`` and ``src/plugin/plugin_open.cc``, read at tags v2.4.8 .. v2.27.7):
 
 - every line is ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>`` (``NCCL WARN`` for
-  warnings); ``NCCL version <x.y.z>[+cudaX.Y]`` is printed once by rank 0 without a prefix;
+  warnings); ``NCCL version <x.y.z>[+cudaX.Y]`` is printed once by rank 0, without a prefix up
+  to 2.21 and behind it from 2.22; a launcher may put its own prefix before each line (Open
+  MPI's ``--tag-output`` ``[1,0]<stdout>:``, horovodrun's ``[0]<stdout>:``, pdsh's ``host: ``,
+  ``srun --label``'s ``0: ``);
 - 2.4 .. 2.12: ``NET/Plugin : No plugin found (libnccl-net.so)[, using internal
   implementation]``, ``NET/Plugin : Plugin load returned <errno> : <dlerror>.``,
-  ``Plugin name set by env to libnccl-net-<X>.so`` (2.11/2.12), ``NET/Plugin: Failed to find
+  ``Plugin name set by env to libnccl-net-<X>.so`` (2.11 .. 2.20, without the tag), ``NET/Plugin: Failed to find
   ncclNetPlugin_v<N> symbol.``; a loaded plugin shows only as ``Using network <name>``;
 - 2.13 .. 2.22: ``NET/Plugin: Loaded net plugin <name> (v<N>)``, ``Loaded coll plugin <name>
   (v<N>)``, the fallback chain ``Failed to find ncclNetPlugin_v<N> symbol.`` (tried from the
@@ -23,6 +26,7 @@ Grammar (the ``INFO``/``WARN`` format strings of NVIDIA/nccl ``src/init.cc``, ``
   internal implementation``; 2.21: ``NET/Plugin: Plugin load returned <errno> : <dlerror> when
   loading <lib>``, ``NET/Plugin: No plugin found (<lib>)``, ``Using internal network plugin.``;
 - 2.23 .. 2.27: ``NET/Plugin: Could not find: <lib> [<lib>]. Using internal network plugin.``
+  (``... internal net plugin.`` from 2.26)
   (every name that gave ENOENT), ``NET/Plugin: <dlerror text>`` for any other dlopen failure
   (missing dependency, undefined symbol), ``NET/Plugin: Plugin name set by env to <lib>``,
   ``Loaded collnet plugin`` (2.23+ spelling), ``Closing net plugin '<name>'``; 2.27:
@@ -52,11 +56,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError, shorten, split_lines
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import (
+    ParseError,
+    shorten,
+    split_lines,
+    strip_launcher_prefix,
+)
 
 INTERNAL_NETWORKS = ("IB", "Socket")
 
-_PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<lvl>INFO|WARN)(?: |$)")  # noqa: E501
+# NCCL's own prefix, found after whatever a launcher or a log collector put before it (a label
+# like pdsh's ``host: ``, srun --label's ``0: ``, a timestamp); Open MPI's and horovodrun's
+# bracketed prefixes are stripped first (parsing.strip_launcher_prefix).
+_PREFIX = re.compile(r"(?:^|(?<=[\s:\]>]))(?P<host>[^\s:\[\]<>]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<lvl>INFO|WARN)(?: |$)")  # noqa: E501
 _BARE = re.compile(r"^NCCL (?P<lvl>INFO|WARN) ")
 _VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+(?:\+cuda\d+\.\d+)?)$")
 _VERSION_START = re.compile(r"^NCCL version\b")
@@ -68,7 +80,7 @@ _NO_SYMBOL = re.compile(r"^Failed to find nccl(Net|CollNet)Plugin symbol \((?:v4
 _NOT_FOUND = re.compile(r"^(?:dlerror=(?P<err>.*?) )?No plugin found(?: \((?P<lib>[^)]+)\))?(?:, using internal implementation)?\.?$")  # noqa: E501
 _LOAD_RET = re.compile(r"^Plugin load(?: \((?P<lib>[^)]+)\))? returned (?P<errno>\d+) : (?P<err>.*?)(?:\.| when loading (?P<lib2>\S+))?$")  # noqa: E501
 _RECENT_RET = re.compile(r"^Most recent plugin load returned (?P<errno>\d+) : (?P<err>.*?)\. All attempts to load '(?P<lib>[^']*)' also failed\.$")  # noqa: E501
-_COULD_NOT = re.compile(r"^Could not find:(?P<libs>(?: \S+)+)\. ?(?:Using internal network plugin\.)?$")
+_COULD_NOT = re.compile(r"^Could not find:(?P<libs>(?: \S+?)+?)\.(?: Using internal (?:network|net) plugin\.)?$")
 _ENV_NAME = re.compile(r"^Plugin name set by env to (\S+)$")
 _INTERNAL = "Using internal network plugin."
 _CLOSING = re.compile(r"^Closing (?:net|coll|collnet) plugin '[^']*'$")
@@ -136,6 +148,14 @@ class RankPlugin:
                 "highest_api_asked": max(net_missing) if net_missing else None,
                 "not_found": list(self.not_found), "load_errors": list(self.load_errors),
                 "network": self.network, "path": self.path, "p2p_plugin": self.p2p_plugin}
+
+
+def nccl_line_prefix(line):
+    """The match of NCCL's ``<host>:<pid>:<tid> [<dev>] NCCL INFO|WARN`` prefix in ``line``
+    (groups ``host``, ``pid``, ``tid``, ``dev``, ``lvl``), wherever a launcher's label leaves it;
+    None for a line without one. Strip Open MPI's and horovodrun's bracketed prefix first
+    (``parsing.strip_launcher_prefix``)."""
+    return _PREFIX.search(line)
 
 
 def _normalise(line):
@@ -258,20 +278,22 @@ def read_net_plugin(text, expect_plugin=None) -> NetPluginState:
     cuda_failures = {}
     evidence = []
     for lineno, raw in enumerate(lines, 1):
-        line = _normalise(raw)
+        line = _normalise(strip_launcher_prefix(raw))
         if not line:
             continue
-        m = _VERSION.match(line)
+        pm = _PREFIX.search(line) or _BARE.match(line)
+        # Rank 0 prints the version bare up to 2.21 and behind its prefix from 2.22 on.
+        text = line[pm.end():].strip() if pm else line
+        m = _VERSION.match(text)
         if m:
             version = m.group(1)
             continue
-        if _VERSION_START.match(line):
+        if _VERSION_START.match(text):
             raise ParseError(f"NCCL log line {lineno}: 'NCCL version' line cut: {shorten(raw)!r}")
-        pm = _PREFIX.match(line) or _BARE.match(line)
         if not pm:
             continue
         key = (pm.groupdict().get("host"), int(pm.group("pid")) if pm.groupdict().get("pid") else None)
-        msg = line[pm.end():].strip()
+        msg = text
         rank = ranks.get(key)
         if rank is None:
             dev = pm.groupdict().get("dev")
@@ -291,6 +313,12 @@ def read_net_plugin(text, expect_plugin=None) -> NetPluginState:
         m = _PLUGIN.match(msg)
         if m:
             _read_plugin_message(rank, m.group(1).strip(), lineno, raw)
+            evidence.append(line)
+            continue
+        # 2.11 .. 2.20 print the requested name without the NET/Plugin tag (src/net.cc).
+        m = _ENV_NAME.match(msg)
+        if m:
+            rank.requested = m.group(1)
             evidence.append(line)
             continue
         m = _USING_NET.match(msg) or _INIT_NET.match(msg)

@@ -45,6 +45,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.bench import (
 )
 from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import nccl_transport_summary
 from ansible_collections.gpucluster.cluster.plugins.module_utils.nccl_net_plugin import read_net_plugin
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import strip_launcher_prefix
 
 TRANSPORTS = ("IB", "Socket")
 
@@ -160,7 +161,6 @@ def check_nccl_transport(
 # Open MPI: which interfaces the MPI traffic used
 # --------------------------------------------------------------------------------------------
 
-_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:)?\s*")
 _HOSTPID = re.compile(r"^\[([^\]:\s]+):(\d+)\]\s*")
 _BTL_USING = re.compile(r"btl:tcp: using ipv[46] interface (\S+)")
 _BTL_EXAMINE = re.compile(r"btl:tcp: examining interface (\S+)")
@@ -205,7 +205,7 @@ def parse_ompi_tcp_verbose(text):
             lst.append(item)
 
     for raw in str(text).splitlines():
-        line = _TAG.sub("", raw.rstrip(), count=1)
+        line = strip_launcher_prefix(raw.rstrip()).lstrip()
         hm = _HOSTPID.match(line)
         host = hm.group(1) if hm else None
         using = _BTL_USING.search(line)

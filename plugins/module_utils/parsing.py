@@ -1,4 +1,4 @@
-"""What the fact parsers share (``gpu.py``, ``rdma.py``): their error and their line helpers.
+"""What the parsers share (``gpu.py``, ``rdma.py``, the log readers): their error and their line helpers.
 
 Stdlib only, for Python 3.8+ on the managed node (``gpu_facts``, ``rdma_facts``) and for pytest
 on the controller.
@@ -14,6 +14,19 @@ class ParseError(ValueError):
 
     The message says what was expected and where (1-based line number).
     """
+
+
+#: What a launcher puts before each line of a rank's output: Open MPI's ``--tag-output``
+#: ``[<jobid>,<rank>]<stdout>:`` (``<stderr>``; Open MPI 5 / PRRTE adds a space after the colon)
+#: and horovodrun's (Gloo) ``[<rank>]<stdout>:``. Labels without brackets (pdsh's ``host: ``,
+#: ``srun --label``'s ``0: ``) are not stripped here: they look like any ``word:`` a tool prints,
+#: so a reader finds its own line grammar after them instead.
+LAUNCHER_PREFIX = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>: ?")
+
+
+def strip_launcher_prefix(line):
+    """``line`` without a launcher's per-rank prefix (:data:`LAUNCHER_PREFIX`), if it has one."""
+    return LAUNCHER_PREFIX.sub("", line, count=1)
 
 
 def split_lines(text, what):

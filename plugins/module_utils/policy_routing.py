@@ -13,7 +13,9 @@ Stdlib only, Python 3.8+. Grammar from iproute2 (``ip/iprule.c`` print_rule,
   [via [inet6] <gw>] [dev <dev>] [proto P] [scope S] [src A] [metric N] [mtu N] [pref P]``
   (``ip ro`` is ``ip route``; ``ip -6`` adds ``metric 1024 pref medium``).
 - addresses: ``<ifindex>: <name>[@link]: <FLAGS> mtu N ... state S ...``, ``link/ether <mac>``,
-  ``inet <addr/len> ... scope <s> [dynamic] <label>``, ``inet6 <addr/len> scope <s>``.
+  ``inet <addr/len> ... scope <s> [dynamic] <label>``, ``inet <addr> peer <peer/len> ...`` (tun,
+  ppp), ``inet6 <addr/len> scope <s>``; multipath routes print each ``nexthop via <gw> dev <dev>
+  weight <n>`` on its own indented line after the route's.
 
 A shell session (``host:~$ ip -4 rule`` prompts between outputs) is split by its commands
 (:func:`read_session`); without prompts each line is read by its own grammar. A line that
@@ -105,11 +107,16 @@ def parse_ip_rule(text) -> list:
 
 
 def parse_route_line(line, lineno=1, table="main"):
-    """One ``ip route`` line: ``{"type", "dst", "via", "dev", "proto", "scope", "src", "metric", "table"}``."""
+    """One ``ip route`` line: ``{"type", "dst", "via", "dev", "proto", "scope", "src", "metric", "table",
+    "nexthops"}``. A multipath route (``ip route add ... nexthop via A dev X nexthop via B dev Y``)
+    has its ``nexthop`` groups in ``nexthops`` (``[{"via", "dev", "weight"}]``, ``dev`` None); iproute2
+    prints them on their own indented lines after the route's, which :func:`parse_ip_route` and
+    :func:`read_session` join to it (:func:`route_devs` reads both forms)."""
     s = _norm(line)
     words = s.split()
     out = {"type": "unicast", "dst": None, "via": None, "dev": None, "proto": None, "scope": None, "src": None,
-           "metric": None, "table": table}
+           "metric": None, "table": table, "nexthops": []}
+    hop = None  # the nexthop group being read, or None for the route's own words
     i = 0
     if words and words[0] in _ROUTE_TYPES:
         out["type"] = words[0]
@@ -122,7 +129,12 @@ def parse_route_line(line, lineno=1, table="main"):
         w = words[i]
         if w in ("via", "dev", "proto", "scope", "src", "metric", "table", "mtu", "pref", "expires", "weight",
                  "advmss", "hoplimit", "realm", "onlink", "linkdown", "nexthop", "congctl", "rtt", "initcwnd"):
-            if w in ("onlink", "linkdown", "nexthop"):
+            if w == "nexthop":
+                hop = {"via": None, "dev": None, "weight": None}
+                out["nexthops"].append(hop)
+                i += 1
+                continue
+            if w in ("onlink", "linkdown"):
                 i += 1
                 continue
             if i + 1 >= len(words):
@@ -131,7 +143,11 @@ def parse_route_line(line, lineno=1, table="main"):
             if w == "via" and val in ("inet", "inet6") and i + 2 < len(words):
                 i += 1
                 val = words[i + 1]
-            if w == "via" or w == "src":
+            if hop is not None and w in ("via", "dev", "weight"):
+                if w == "weight" and not val.isdigit():
+                    raise ParseError(f"ip route line {lineno}: weight {val!r} is not a number: {shorten(line)!r}")
+                hop[w] = _prefix(val, lineno, line) if w == "via" else int(val) if w == "weight" else val
+            elif w == "via" or w == "src":
                 out[w] = _prefix(val, lineno, line)
             elif w == "metric":
                 if not val.isdigit():
@@ -142,20 +158,40 @@ def parse_route_line(line, lineno=1, table="main"):
             i += 2
             continue
         i += 1
-    if out["dev"] is None and out["type"] == "unicast":
-        raise ParseError(f"ip route line {lineno}: unicast route without 'dev' (cut?): {shorten(line)!r}")
+    for n, h in enumerate(out["nexthops"], 1):
+        if h["dev"] is None:
+            raise ParseError(f"ip route line {lineno}: nexthop {n} without 'dev' (cut?): {shorten(line)!r}")
+    if out["type"] == "unicast" and not route_devs(out):
+        raise ParseError(f"ip route line {lineno}: unicast route without 'dev' or 'nexthop ... dev' (cut?): "
+                         f"{shorten(line)!r}")
+    return out
+
+
+def route_devs(route):
+    """The interfaces a route leaves through: its ``dev``, or each nexthop's of a multipath route."""
+    return [route["dev"]] if route["dev"] else [h["dev"] for h in route.get("nexthops", []) if h["dev"]]
+
+
+def _route_lines(lines):
+    """``(lineno, text)`` of each route, a multipath route's ``nexthop`` lines joined to its own."""
+    out = []
+    for lineno, raw in lines:
+        s = _norm(raw)
+        if s.startswith("nexthop ") and out:
+            out[-1] = (out[-1][0], out[-1][1] + " " + s)
+            continue
+        out.append((lineno, s))
     return out
 
 
 def parse_ip_route(text, table="main") -> list:
     """Routes of ``ip route [show table N]`` (``ip ro``, ``-4``/``-6``)."""
-    routes = []
-    for lineno, raw in enumerate(split_lines(text, "ip route"), 1):
-        if not raw.strip() or _PROMPT.match(raw.strip()):
-            continue
-        if raw[:1] in (" ", "\t") and routes and _norm(raw).split()[0] in ("nexthop",):
-            continue
-        routes.append(parse_route_line(raw, lineno, table))
+    lines = [(n, raw) for n, raw in enumerate(split_lines(text, "ip route"), 1)
+             if raw.strip() and not _PROMPT.match(raw.strip())]
+    if lines and _norm(lines[0][1]).startswith("nexthop "):
+        raise ParseError(f"ip route line {lines[0][0]}: a nexthop line without its route (cut?): "
+                         f"{shorten(lines[0][1])!r}")
+    routes = [parse_route_line(s, lineno, table) for lineno, s in _route_lines(lines)]
     if not routes:
         raise ParseError("ip route: no route line")
     return routes
@@ -163,7 +199,9 @@ def parse_ip_route(text, table="main") -> list:
 
 def parse_ip_addr(text) -> dict:
     """Interfaces of ``ip addr [show dev X]``: ``{name: {"ifindex", "flags", "mtu", "state", "mac",
-    "inet": [cidr], "inet6": [{"address", "scope"}]}}``."""
+    "inet": [cidr], "inet6": [{"address", "scope"}], "peers": {}}}``. ``mac`` is the link-layer address as
+    printed (20 bytes for IPoIB); a point-to-point address (``inet <local> peer <peer>/<len>``)
+    is the local host's own (``/32``, ``/128``), its peer in ``peers`` (``{local: peer/len}``)."""
     out = {}
     cur = None
     for lineno, raw in enumerate(split_lines(text, "ip addr"), 1):
@@ -177,13 +215,28 @@ def parse_ip_addr(text) -> dict:
             state = re.search(r"\bstate (\S+)", rest)
             cur = out[m.group(2)] = {"ifindex": int(m.group(1)), "flags": m.group(3).split(","),
                                      "mtu": int(mtu.group(1)) if mtu else None,
-                                     "state": state.group(1) if state else None, "mac": None, "inet": [], "inet6": []}
+                                     "state": state.group(1) if state else None, "mac": None, "inet": [], "inet6": [],
+                                     "peers": {}}
             continue
         if cur is None:
             raise ParseError(f"ip addr line {lineno}: address line before any interface line: {shorten(raw)!r}")
-        m = re.match(r"^link/(\w+) ([0-9a-f:]{17})\b", s)
+        # The link-layer address whole: 6 bytes for Ethernet, 20 for IPoIB (link/infiniband).
+        m = re.match(r"^link/(\w+) ((?:[0-9a-f]{2}:)+[0-9a-f]{2})\b", s)
         if m:
             cur["mac"] = m.group(2)
+            continue
+        m = re.match(r"^(inet6?) (\S+) peer (\S+)", s)
+        if m:  # a point-to-point address (tun, ppp): "inet <local> peer <peer>/<len>", the length is the peer's
+            if "/" in m.group(2) or not _ok_iface(m.group(3)):
+                _bad(lineno, raw)
+            local = ipaddress.ip_interface(m.group(2))  # no length: the host itself
+            peer = str(ipaddress.ip_interface(m.group(3)))
+            if m.group(1) == "inet":
+                cur["inet"].append(str(local))
+            else:
+                scope = re.search(r"\bscope (\w+)", s)
+                cur["inet6"].append({"address": str(local), "scope": scope.group(1) if scope else None})
+            cur["peers"][str(local.ip)] = peer
             continue
         m = re.match(r"^inet (\S+)( .*)?$", s)
         if m:
@@ -265,8 +318,7 @@ def read_session(text) -> dict:
         kind = ch["kind"] or ch.get("auto")
         if not ch["lines"] or kind is None:
             continue
-        for lineno, raw in ch["lines"]:
-            s = _norm(raw)
+        for lineno, raw in (_route_lines(ch["lines"]) if kind == "route" else ch["lines"]):
             if kind == "addr":
                 continue
             if kind == "rule":
@@ -274,8 +326,6 @@ def read_session(text) -> dict:
                 fam = ch["fam"] or _family(r["from"])
                 rules.setdefault(fam, []).append(r)
             elif kind == "route":
-                if s.startswith("nexthop "):
-                    continue
                 r = parse_route_line(raw, lineno, ch["table"] or "main")
                 fam = ch["fam"] or _family(r["dst"], r["via"])
                 tables.setdefault(r["table"], {}).setdefault(fam, []).append(r)
@@ -320,7 +370,7 @@ def check_policy_routing(session, primary=None) -> dict:
     if primary is None:
         defaults = [r for fam in tables.get("main", {}).values() for r in fam if r["dst"] == "default"]
         defaults.sort(key=lambda r: r["metric"] or 0)
-        primary = defaults[0]["dev"] if defaults else None
+        primary = route_devs(defaults[0])[0] if defaults else None
     report = {}
     worst = None
     order = ("MISSING_SOURCE_RULE", "TABLE_WRONG_DEVICE", "TABLE_NO_DEFAULT", "TABLE_NOT_SHOWN")
@@ -392,6 +442,6 @@ def _table_state(tables, table, fam, dev):
     default = [r for r in fam_routes if r["dst"] == "default"]
     if not default:
         return "TABLE_NO_DEFAULT"
-    if all(r["dev"] != dev for r in default):
+    if all(dev not in route_devs(r) for r in default):
         return "TABLE_WRONG_DEVICE"
     return "OK"

@@ -320,7 +320,7 @@ def check_gid_index(index, gids, ipv4=None, where="NCCL_IB_GID_INDEX"):
 _IBDEV2NETDEV_RE = re.compile(
     r"^(?:(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+)?"
     r"(?P<hca>[A-Za-z][\w.-]*)\s+(?:.*?\s)?port\s+(?P<port>\d+)"
-    r"(?:\s+\((?P<port_state>[A-Z_]+)\))?\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^)]+)\)$"
+    r"(?:\s+\((?P<port_state>[A-Z_]+)\s*\))?\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^)]+)\)$"
 )
 
 
@@ -339,7 +339,8 @@ def parse_ibdev2netdev(text):
     ``ibp<bus>s<slot>`` (kernel and systemd naming), everything else is the Ethernet netdev of
     a RoCE port. Use the port's ``link_layer`` (ibv_devinfo, sysfs) where it is known.
 
-    Spacing from ``column -t`` and trailing ``# ...`` annotations are tolerated (fixture C05);
+    ``-v`` pads the port state to six characters (the script's ``printf "%-6s"``: ``(DOWN  )``,
+    ``(INIT  )``). Spacing from ``column -t`` and trailing ``# ...`` annotations are tolerated (fixture C05);
     any other line raises ParseError. Empty output gives ``[]``.
     """
     records = []
