@@ -15,6 +15,20 @@ Pure functions over the text the tools print (tested on the captured outputs in
   and a run that died (``Test NCCL failure file:line 'reason'``) reported as a failure with
   its reason.
 
+  The table is read by its header line, whose grammar (nccl-tests ``src/common.cu`` and, from
+  2025, ``src/util.cu`` ``writeResultHeader`` / ``writeBenchmarkLineBody``) is::
+
+      size count type redop [root] BLOCK BLOCK [timestamp]
+      BLOCK = (time | cputime) algbw busbw CHECK [i_min i_max i_p99 i_cv%]
+      CHECK = #wrong   (current, 2022-09 on: a count printed with %5g / %6g, so past 1e6 it
+                        reads 1.67772e+06; N/A when validation is off, -c 0)
+            | error    (old: the maximum numeric error, %5.0le; N/A when -c 0)
+
+  The two blocks are out-of-place then in-place. ``i_*`` are the per-iteration statistics of
+  ``-I 1`` (v2.19.1, commit 0fdb00a); ``timestamp`` is ``-S 1`` (v2.17.6, commit a62c975),
+  which appends ``%Y-%m-%d %H:%M:%S`` (two tokens) to every row. Old (pre-2022) device lists
+  have no ``Group`` (``#   Rank  0 Pid  30938 on gpu01 device  0 [0x00] Tesla T4``).
+
 Units: throughput in img/sec (samples/sec for non-image models); sizes in bytes; times in
 microseconds; bandwidths in GB/s as nccl-tests prints them (1 GB = 1e9 bytes); line rates in
 Gbit/s.
@@ -31,6 +45,7 @@ Formulas:
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Mapping
@@ -188,6 +203,7 @@ class NcclRank:
     device: int
     bus_id: str
     name: str
+    group: int | None = None  # None in the lists printed before nccl-tests d313d20 (2022-09)
 
 
 @dataclass(frozen=True)
@@ -195,8 +211,11 @@ class NcclRow:
     """One results row. ``size`` bytes, ``time`` microseconds, ``algbw``/``busbw`` GB/s.
 
     ``wrong`` is the ``#wrong`` count of the current layout (None for ``N/A``, printed when
-    validation is off); ``error`` is the old layout's maximum numeric error (a magnitude,
-    not a count: ``5e-07`` is a pass). Prefix ``oop_`` = out-of-place, ``ip_`` = in-place.
+    validation is off; past 1e6 nccl-tests prints it with 6 significant digits, so the count
+    is then rounded); ``error`` is the old layout's maximum numeric error (a magnitude,
+    not a count: ``5e-07`` is a pass; None for ``N/A``). Prefix ``oop_`` = out-of-place,
+    ``ip_`` = in-place. ``*_per_iter`` is ``(i_min us, i_max us, i_p99 us, i_cv %)`` of a
+    ``-I 1`` run, ``timestamp`` the ``-S 1`` suffix (``2025-10-28 12:00:01``, local time).
     """
 
     size: int
@@ -214,6 +233,9 @@ class NcclRow:
     ip_wrong: int | None = None
     oop_error: float | None = None
     ip_error: float | None = None
+    oop_per_iter: tuple[float, float, float, float] | None = None
+    ip_per_iter: tuple[float, float, float, float] | None = None
+    timestamp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -290,12 +312,54 @@ class NcclTestsResult:
         return statistics.fmean(values)
 
 
+# "Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (nccl-tests d313d20, 2022-09 on);
+# before it "Rank %2d Pid %6d on %10s device %2d [0x%02x] %s" (src/common.cu @51af557).
 _RANK = re.compile(
-    r"Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$"
+    r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$"
 )
 _HEADER = re.compile(r"\b(nThread|nGpus|minBytes|maxBytes|validation|graph):?\s+(\d+)")
 _FAIL = re.compile(r"^(?:(\S+):\s+)?Test (NCCL|CUDA) failure (\S+) '(.*)'\s*$")
 _FAIL_PID = re.compile(r"^\s*\.\.\s+(\S+) pid (\d+): Test failure (\S+)")
+
+
+_PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
+_CHECK = {"#wrong": "current", "error": "old"}
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What a results-table header says about its rows (see the module docstring)."""
+
+    layout: str  # "current" | "old"
+    root: bool
+    per_iter: bool
+    timestamp: bool
+
+    @property
+    def width(self) -> int:
+        return 4 + self.root + 2 * (4 + 4 * self.per_iter) + 2 * self.timestamp
+
+    @property
+    def label(self) -> str:
+        extras = [name for name, on in (("per-iteration", self.per_iter), ("timestamp", self.timestamp)) if on]
+        return self.layout + (f" (with {' and '.join(extras)})" if extras else "")
+
+
+def _table(tokens: list[str]) -> _Table | None:
+    """The header ``tokens`` read by the grammar in the module docstring, or None."""
+    rest = tokens[4:]
+    root = rest[:1] == ["root"]
+    rest = rest[root:]
+    timestamp = rest[-1:] == ["timestamp"]
+    if timestamp:
+        rest = rest[:-1]
+    half = len(rest) // 2
+    block, second = rest[:half], rest[half:]
+    if block != second or len(block) not in (4, 8) or block[0] not in ("time", "cputime"):
+        return None
+    if block[1:3] != ["algbw", "busbw"] or block[3] not in _CHECK or block[4:] not in ([], list(_PER_ITER)):
+        return None
+    return _Table(_CHECK[block[3]], root, len(block) == 8, timestamp)
 
 
 def _float(token: str) -> float:
@@ -303,7 +367,21 @@ def _float(token: str) -> float:
 
 
 def _wrong(cell: str) -> int | None:
-    return None if cell == "N/A" else int(cell)
+    """``#wrong``: ``N/A`` (validation off) or a count printed with ``%6g`` (``%5g`` before
+    2025): past 1e6 it is in exponent form, ``1.67772e+06`` (nccl-tests src/util.cu
+    writeBenchmarkLineBody)."""
+    if cell == "N/A":
+        return None
+    value = float(cell)
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise ValueError(f"#wrong {cell!r} is not a count of elements")
+    return int(value)
+
+
+def _error(cell: str) -> float | None:
+    """The old layout's ``error``: ``%5.0le`` of the maximum delta, or ``N/A`` when run with
+    ``-c 0`` (nccl-tests src/common.cu @8274cb4, BenchTime)."""
+    return None if cell == "N/A" else float(cell)
 
 
 def parse_nccl_tests(text: str) -> NcclTestsResult:
@@ -317,7 +395,7 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
     """
     lines = _lines(text)
     layout = "none"
-    columns: list[str] = []
+    table: _Table | None = None
     rows: list[NcclRow] = []
     ranks: list[NcclRank] = []
     header: dict[str, int] = {}
@@ -331,21 +409,19 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
         if not line:
             continue
         if m := _RANK.search(line):
-            ranks.append(NcclRank(int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4)),
-                                  m.group(5), m.group(6).strip()))
+            group = int(m.group(2)) if m.group(2) is not None else None
+            ranks.append(NcclRank(int(m.group(1)), int(m.group(3)), m.group(4), int(m.group(5)),
+                                  m.group(6), m.group(7).strip(), group))
             continue
         if line.startswith("nThread "):
             header = {key: int(value) for key, value in _HEADER.findall(line)}
             continue
         tokens = line.split()
         if tokens[:4] == ["size", "count", "type", "redop"]:
-            columns = tokens
-            if "root" in tokens and "#wrong" in tokens:
-                layout = "current"
-            elif "error" in tokens:
-                layout = "old"
-            else:
+            table = _table(tokens)
+            if table is None:
                 raise BenchmarkParseError(f"line {number}: unknown nccl-tests table header: {raw.strip()!r}")
+            layout = table.layout
             continue
         if m := re.match(rf"^Avg bus bandwidth\s*:\s*{_NUM}", line):
             avg = float(m.group(1))
@@ -363,8 +439,8 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
             failure_pid = int(m.group(2))
             locations.append(m.group(3))
             continue
-        if columns and tokens and tokens[0].isdigit():
-            rows.append(_row(tokens, layout, number, raw))
+        if table is not None and tokens and tokens[0].isdigit():
+            rows.append(_row(tokens, table, number, raw))
     failure = None
     if failure_msg is not None:
         failure = NcclFailure(failure_msg, failure_host, failure_pid, tuple(dict.fromkeys(locations)))
@@ -377,31 +453,39 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
                            out_of_bounds=oob, failure=failure, header=header)
 
 
-def _row(tokens: list[str], layout: str, number: int, raw: str) -> NcclRow:
+def _row(tokens: list[str], table: _Table, number: int, raw: str) -> NcclRow:
+    if len(tokens) != table.width:
+        raise BenchmarkParseError(
+            f"line {number}: {len(tokens)} columns where the {table.label} layout has "
+            f"{table.width}: {raw.strip()!r}"
+        )
     try:
-        if layout == "current" and len(tokens) == 13:
-            return NcclRow(
-                size=int(tokens[0]), count=int(tokens[1]), type=tokens[2], redop=tokens[3],
-                root=int(tokens[4]),
-                oop_time=_float(tokens[5]), oop_algbw=_float(tokens[6]), oop_busbw=_float(tokens[7]),
-                oop_wrong=_wrong(tokens[8]),
-                ip_time=_float(tokens[9]), ip_algbw=_float(tokens[10]), ip_busbw=_float(tokens[11]),
-                ip_wrong=_wrong(tokens[12]),
-            )
-        if layout == "old" and len(tokens) == 12:
-            return NcclRow(
-                size=int(tokens[0]), count=int(tokens[1]), type=tokens[2], redop=tokens[3], root=None,
-                oop_time=_float(tokens[4]), oop_algbw=_float(tokens[5]), oop_busbw=_float(tokens[6]),
-                oop_error=_float(tokens[7]),
-                ip_time=_float(tokens[8]), ip_algbw=_float(tokens[9]), ip_busbw=_float(tokens[10]),
-                ip_error=_float(tokens[11]),
-            )
+        cells = list(tokens)
+        timestamp = None
+        if table.timestamp:
+            date, clock = cells[-2:]
+            if not (re.fullmatch(r"\d{4}-\d{2}-\d{2}", date) and re.fullmatch(r"\d{2}:\d{2}:\d{2}", clock)):
+                raise ValueError(f"timestamp {date} {clock!r} is not %Y-%m-%d %H:%M:%S")
+            timestamp = f"{date} {clock}"
+            del cells[-2:]
+        size, count, type_, redop = int(cells[0]), int(cells[1]), cells[2], cells[3]
+        root = int(cells[4]) if table.root else None
+        blocks = cells[4 + table.root:]
+        half = len(blocks) // 2
+        values = {}
+        for prefix, block in (("oop_", blocks[:half]), ("ip_", blocks[half:])):
+            values[prefix + "time"] = _float(block[0])
+            values[prefix + "algbw"] = _float(block[1])
+            values[prefix + "busbw"] = _float(block[2])
+            if table.layout == "current":
+                values[prefix + "wrong"] = _wrong(block[3])
+            else:
+                values[prefix + "error"] = _error(block[3])
+            if table.per_iter:
+                values[prefix + "per_iter"] = tuple(_float(cell) for cell in block[4:8])
+        return NcclRow(size=size, count=count, type=type_, redop=redop, root=root, timestamp=timestamp, **values)
     except ValueError as exc:
         raise BenchmarkParseError(f"line {number}: unreadable nccl-tests row {raw.strip()!r}: {exc}") from exc
-    raise BenchmarkParseError(
-        f"line {number}: {len(tokens)} columns where the {layout} layout has "
-        f"{13 if layout == 'current' else 12}: {raw.strip()!r}"
-    )
 
 
 def check_bus_bandwidth(

@@ -223,6 +223,164 @@ def test_nccl_tests_truncated_row_names_the_line():
         parse_nccl_tests(text)
 
 
+# nccl-tests before the #wrong change (src/common.cu @8274cb4, 2022-05): the old table and a
+# device list without "Group" (srun, 3 x Tesla T4). With -c 0 the error cells are "N/A"
+# (PRINT("  %7s  %6.2f  %6.2f  %5s", ..., "N/A")).
+OLD_NA = """\
+# nThread 1 nGpus 1 minBytes 104857600 maxBytes 115343360 step: 1048576(bytes) warmup iters: 5 iters: 1 validation: 0
+#
+# Using devices
+#   Rank  0 Pid  30938 on      gpu01 device  0 [0x00] Tesla T4
+#   Rank  1 Pid  24859 on      gpu02 device  0 [0x00] Tesla T4
+#   Rank  2 Pid  16393 on      gpu03 device  0 [0x00] Tesla T4
+#
+#                                                       out-of-place                       in-place
+#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+   104857600      26214400     float     sum   202872    0.52    0.69    N/A   224616    0.47    0.62    N/A
+   105906176      26476544     float     sum   249852    0.42    0.57    N/A   261420    0.41    0.54    N/A
+   115343360      28835840     float     sum   305408    0.38    0.50    N/A   307126    0.38    0.50    N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 0.58536
+"""
+
+
+def test_nccl_tests_old_layout_with_validation_off_reads_na_errors():
+    result = parse_nccl_tests(OLD_NA)
+    assert result.layout == "old" and len(result.rows) == 3
+    assert all(r.oop_error is None and r.ip_error is None and r.oop_wrong is None for r in result.rows)
+    assert result.rows[0].oop_time == 202872 and result.rows[-1].ip_busbw == 0.50
+    assert result.header["validation"] == 0
+    assert result.ok
+
+
+def test_nccl_tests_device_list_without_group_pre_2022():
+    result = parse_nccl_tests(OLD_NA.replace("    N/A", "  5e-07"))
+    assert [(r.rank, r.pid, r.host, r.device, r.bus_id, r.name, r.group) for r in result.ranks] == [
+        (0, 30938, "gpu01", 0, "0x00", "Tesla T4", None),
+        (1, 24859, "gpu02", 0, "0x00", "Tesla T4", None),
+        (2, 16393, "gpu03", 0, "0x00", "Tesla T4", None),
+    ]
+    assert result.hosts == {"gpu01": 1, "gpu02": 1, "gpu03": 1}
+    assert all(r.oop_error == 5e-07 for r in result.rows)
+    assert {r.group for r in parse_nccl_tests(fixture_text(E08)).ranks} == {0}
+
+
+def test_nccl_tests_old_reduce_layout_with_root_column():
+    # reduce_perf's old header and row (src/reduce.cu @8274cb4: "%12li  %12li  %8s  %6s  %6i").
+    text = (
+        "#       size         count      type   redop    root     time   algbw   busbw  error"
+        "     time   algbw   busbw  error\n"
+        "     1048576        262144     float     sum       0    52.31   20.05   20.05  0e+00"
+        "    51.90   20.20   20.20  0e+00\n"
+    )
+    row = parse_nccl_tests(text).rows[0]
+    assert row.root == 0 and row.oop_error == 0 and row.ip_busbw == 20.20
+
+
+# More than 1e6 wrong elements: #wrong is printed with %6g (src/util.cu writeBenchmarkLineBody;
+# %5g in src/common.cu before 2025), so it reads 1.67772e+06.
+WRONG_G = (
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    "     time   algbw   busbw #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+    "    33554432       8388608     float     sum      -1    372.4   90.10  157.68  838861"
+    "    371.9   90.23  157.90  838861\n"
+    "    67108864      16777216     float     sum      -1    690.1   97.25  170.19  1.67772e+06"
+    "    689.5   97.33  170.33  1.67772e+06\n"
+    "# Avg bus bandwidth    : 164.03\n"
+)
+
+
+def test_nccl_tests_wrong_count_in_exponent_form_fails_the_run():
+    result = parse_nccl_tests(WRONG_G)
+    assert [(r.oop_wrong, r.ip_wrong) for r in result.rows] == [(838861, 838861), (1677720, 1677720)]
+    assert not result.ok and result.reason.startswith("#wrong > 0 at 2 sizes (first 33554432 bytes)")
+    failed = parse_nccl_tests(WRONG_G + "# Out of bounds values : 4 FAILED\n")
+    assert not failed.ok and failed.out_of_bounds == 4
+    passed, message = check_bus_bandwidth(result, 100)
+    assert not passed and "#wrong > 0" in message
+
+
+@pytest.mark.parametrize("cell", ["-1", "2.5", "nan", "inf", "x"])
+def test_nccl_tests_wrong_cell_that_is_not_a_count_names_the_line(cell):
+    text = WRONG_G.replace("1.67772e+06    689.5", f"{cell}    689.5")
+    with pytest.raises(BenchmarkParseError, match=r"line 4: unreadable nccl-tests row"):
+        parse_nccl_tests(text)
+
+
+# -S 1 (nccl-tests v2.17.6, commit a62c975): each row ends in "%21s" of "%Y-%m-%d %H:%M:%S".
+TIMESTAMPS = (
+    "# nThread 1 nGpus 8 minBytes 33554432 maxBytes 67108864 step: 2(factor) warmup iters: 5 iters: 20 "
+    "agg iters: 1 validation: 1 graph: 0\n"
+    "#\n"
+    "# Using devices\n"
+    "#  Rank  0 Group  0 Pid  12345 on     node01 device  0 [0000:18:00] NVIDIA H100 80GB HBM3\n"
+    "#\n"
+    "#                                                              out-of-place"
+    "                       in-place          \n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw"
+    " #wrong           timestamp\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
+    "          %Y-%m-%d %H:%M:%S\n"
+    "    33554432       8388608     float     sum      -1    372.4   90.10  157.68       0    371.9   90.23  157.90"
+    "       0 2025-10-28 12:00:01\n"
+    "    67108864      16777216     float     sum      -1    690.1   97.25  170.19       0    689.5   97.33  170.33"
+    "       0 2025-10-28 12:00:02\n"
+    "# Out of bounds values : 0 OK\n"
+    "# Avg bus bandwidth    : 164.03 \n"
+)
+
+
+def test_nccl_tests_timestamp_suffix_is_read_apart_from_the_numbers():
+    result = parse_nccl_tests(TIMESTAMPS)
+    assert result.layout == "current" and len(result.rows) == 2
+    assert [r.timestamp for r in result.rows] == ["2025-10-28 12:00:01", "2025-10-28 12:00:02"]
+    assert result.rows[1].ip_wrong == 0 and result.rows[1].ip_busbw == 170.33
+    assert result.ok and result.peak_busbw() == (170.33, 67108864, "in-place")
+    assert result.hosts == {"node01": 1} and result.ranks[0].group == 0
+
+
+def test_nccl_tests_timestamp_table_rejects_a_row_without_one():
+    text = TIMESTAMPS.replace("       0 2025-10-28 12:00:02", "       0")
+    with pytest.raises(BenchmarkParseError,
+                       match=r"line 10: 13 columns where the current \(with timestamp\) layout has 15"):
+        parse_nccl_tests(text)
+    with pytest.raises(BenchmarkParseError, match=r"line 9: unreadable .* is not %Y-%m-%d %H:%M:%S"):
+        parse_nccl_tests(TIMESTAMPS.replace("2025-10-28 12:00:01", "2025/10/28 12:00:01"))
+
+
+# -I 1 (v2.19.1, commit 0fdb00a) with -S 1: modelled on src/util.cu @a0b82b2 writeResultHeader,
+# writeBenchmarkLineBody + writePerIterReport ("  %7s  %7s  %7s  %7s") per placement, then the timestamp.
+PER_ITER = (
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max"
+    "    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%           timestamp\n"
+    "    33554432       8388608     float     sum      -1   372.40   90.10  157.68       0   368.10   380.20"
+    "   380.20     0.85   371.90   90.23  157.90       0   367.90   379.80   379.80     0.80  2025-10-28 12:00:01\n"
+)
+
+
+def test_nccl_tests_per_iteration_columns():
+    row = parse_nccl_tests(PER_ITER).rows[0]
+    assert (row.oop_time, row.oop_busbw, row.oop_wrong) == (372.40, 157.68, 0)
+    assert row.oop_per_iter == (368.10, 380.20, 380.20, 0.85)
+    assert (row.ip_time, row.ip_busbw, row.ip_wrong) == (371.90, 157.90, 0)
+    assert row.ip_per_iter == (367.90, 379.80, 379.80, 0.80)
+    assert row.timestamp == "2025-10-28 12:00:01"
+    without_ts = PER_ITER.replace("           timestamp", "").replace("  2025-10-28 12:00:01", "")
+    assert parse_nccl_tests(without_ts).rows[0].timestamp is None
+
+
+def test_nccl_tests_unknown_table_header_is_refused():
+    # the short-lived side-work layout (copybw) is not one this reader knows
+    text = (
+        "#       size         count      type   redop    root     time   algbw   busbw copybw #wrong"
+        "     time   algbw   busbw copybw #wrong\n"
+    )
+    with pytest.raises(BenchmarkParseError, match="line 1: unknown nccl-tests table header"):
+        parse_nccl_tests(text)
+
+
 def test_bus_bandwidth_check_against_line_rate():
     e09 = parse_nccl_tests(fixture_text(E09))
     passed, message = check_bus_bandwidth(e09, 100)  # 0.8 x 100 Gbit/s = 10 GB/s
