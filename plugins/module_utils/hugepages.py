@@ -226,6 +226,11 @@ def kernel_page_sizes(arch: str, base_page_size: int = 4096, cpu_flags=None) -> 
 
 
 _CMD_TOKEN_RE = re.compile(r"^(default_hugepagesz|hugepagesz|hugepages)=(\S+)$")
+# hugepages=<integer> or, Linux 5.16+ (commit b5389086ad7b), the node format
+# <node>:<integer>[,<node>:<integer>] (kernel-parameters.txt; mm/hugetlb.c hugepages_setup,
+# which also steps over a trailing comma).
+_CMD_COUNT_RE = re.compile(r"^\d+$")
+_CMD_NODES_RE = re.compile(r"^\d+:\d+(?:,\d+:\d+)*,?$")
 
 
 def parse_cmdline_hugepages(cmdline: str) -> dict:
@@ -235,25 +240,58 @@ def parse_cmdline_hugepages(cmdline: str) -> dict:
     kernel's rule that ``hugepages=N`` applies to the ``hugepagesz=`` before it, or to the
     default size when none precedes it (the default is then recorded under key 0 when no
     ``default_hugepagesz=`` names it). Other tokens are ignored.
+
+    The per-NUMA-node form ``hugepages=0:4,1:4`` (Linux 5.16+) counts as the sum of the nodes
+    (the kernel adds them to the pool: 8 here); the split is kept under an extra key,
+    ``"nodes": {size_bytes: {node: count}}``, present only when some pool is given per node.
+    Raises HugepagesParseError naming the token for a size or count that does not read.
     """
     default = None
     current = None
     pools = {}
+    nodes = {}
     for token in str(cmdline).split():
         m = _CMD_TOKEN_RE.match(token)
         if not m:
             continue
         key, value = m.groups()
-        if key == "default_hugepagesz":
-            default = parse_size(value)
-        elif key == "hugepagesz":
-            current = parse_size(value)
+        if key in ("default_hugepagesz", "hugepagesz"):
+            try:
+                size = parse_size(value)
+            except HugepagesError as exc:
+                raise HugepagesParseError(f"kernel command line token {token!r}: {exc}") from None
+            if key == "default_hugepagesz":
+                default = size
+            else:
+                current = size
+            continue
+        pool = current if current is not None else (default or 0)
+        if _CMD_COUNT_RE.match(value):
+            pools[pool] = int(value)
+            nodes.pop(pool, None)
+        elif _CMD_NODES_RE.match(value):
+            split = {}
+            for pair in value.rstrip(",").split(","):
+                node, count = (int(part) for part in pair.split(":"))
+                if node in split:
+                    raise HugepagesParseError(f"kernel command line token {token!r}: node {node} is given twice")
+                split[node] = count
+            pools[pool] = sum(split.values())
+            nodes[pool] = split
         else:
-            count = int(value)
-            pools[current if current is not None else (default or 0)] = count
-    if 0 in pools and default is not None:
-        pools[default] = pools.pop(0)
-    return {"default_size": default, "pools": pools}
+            raise HugepagesParseError(
+                f"kernel command line token {token!r}: hugepages= takes a page count (hugepages=16) or "
+                "per-node counts (hugepages=0:4,1:4)"
+            )
+    if default is not None:
+        if 0 in pools:
+            pools[default] = pools.pop(0)
+        if 0 in nodes:
+            nodes[default] = nodes.pop(0)
+    out = {"default_size": default, "pools": pools}
+    if nodes:
+        out["nodes"] = nodes
+    return out
 
 
 def parse_node_pages(text: str) -> dict:

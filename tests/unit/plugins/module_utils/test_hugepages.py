@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from ansible_collections.gpucluster.cluster.plugins.module_utils import netstage
 from ansible_collections.gpucluster.cluster.plugins.module_utils.hugepages import (
     GiB,
     HugepagesError,
+    HugepagesParseError,
     HugepagesPlan,
     KiB,
     MiB,
@@ -227,6 +229,30 @@ def test_plan_pools_default_must_name_a_pool():
 def test_parse_cmdline_hugepages_without_size_applies_to_default():
     got = parse_cmdline_hugepages("ro quiet default_hugepagesz=1G hugepages=16 console=ttyS0")
     assert got == {"default_size": GiB, "pools": {GiB: 16}}
+
+
+# Linux 5.16+ (commit b5389086ad7b, kernel-parameters.txt): hugepages=<node>:<integer>[,<node>:<integer>];
+# mm/hugetlb.c hugepages_setup adds every node's count to the pool.
+def test_parse_cmdline_hugepages_per_numa_node_counts_sum_to_the_pool():
+    got = parse_cmdline_hugepages("BOOT_IMAGE=/vmlinuz ro default_hugepagesz=1G hugepagesz=1G hugepages=0:4,1:4")
+    assert got == {"default_size": GiB, "pools": {GiB: 8}, "nodes": {GiB: {0: 4, 1: 4}}}
+    got = parse_cmdline_hugepages("BOOT_IMAGE=/vmlinuz ro hugepagesz=1G hugepages=0:1,1:3 hugepagesz=2M hugepages=512")
+    assert got == {"default_size": None, "pools": {GiB: 4, 2 * MiB: 512}, "nodes": {GiB: {0: 1, 1: 3}}}
+    # before any hugepagesz=, the node form goes to the default size, as the plain count does
+    got = parse_cmdline_hugepages("hugepages=0:2,1:2, default_hugepagesz=1G")
+    assert got == {"default_size": GiB, "pools": {GiB: 4}, "nodes": {GiB: {0: 2, 1: 2}}}
+    plan_1g = plan(8, "1G", 512 * GiB, X86)
+    assert netstage.cmdline_active(plan_1g, "default_hugepagesz=1G hugepagesz=1G hugepages=0:4,1:4")
+    assert not netstage.cmdline_active(plan_1g, "default_hugepagesz=1G hugepagesz=1G hugepages=0:4,1:3")
+
+
+@pytest.mark.parametrize("token", [
+    "hugepages=0:4,1", "hugepages=0:4;1:4", "hugepages=4,0:4", "hugepages=-1", "hugepages=0:4,0:4",
+    "hugepages=lots", "hugepagesz=1X",
+])
+def test_parse_cmdline_hugepages_malformed_token_is_a_parse_error_naming_it(token):
+    with pytest.raises(HugepagesParseError, match=re.escape(repr(token))):
+        parse_cmdline_hugepages(f"ro default_hugepagesz=1G hugepagesz=1G {token}")
 
 
 # ---- C20: runtime 2 MiB pages, kubelet reports 0 -------------------------------------------------
