@@ -6,8 +6,12 @@ Pure functions over text (stdlib only, Python 3.8+: this runs on managed nodes),
 
 Shapes
 ------
-- ``decode(data, path)``: bytes -> str (UTF-8, strict).
-- ``load(text, path)``: str -> dict (the one top-level JSON object; empty file -> ``{}``).
+- ``decode(data, path, version=None)``: bytes -> str (UTF-8, strict; UTF-16 with a byte order mark
+  too where ``version`` is a dockerd that reads it, 23.0 and later).
+- ``load(text, path, version=None)``: str -> dict (the one top-level JSON object; empty file -> ``{}``).
+  ``version`` (everywhere): the dockerd release that reads the file: ``server_version``'s dict, its
+  text (``"20.10.24+dfsg1"``) or ``(major, minor)``; None when unknown, and then only what every
+  release from 20.10 to 28.5 refuses is refused.
   Invalid JSON raises ``DaemonJsonError`` with ``.path``, ``.problems`` (list of ``Problem``:
   1-based line, column, what is wrong, the fix), ``.lineno`` / ``.colno`` of the first problem.
 - ``merge(existing, desired, remove=())``: dict, dict, iterable of dotted paths -> new dict.
@@ -20,6 +24,8 @@ Shapes
 - ``conflicts(cfg, flags)``: -> list of ``Conflict`` (key, path, flag, source, message).
 - ``missing_runtimes(cfg, which, flags=())``: -> list of ``MissingRuntime`` (name, path, source,
   default, message).
+- ``known_keys(version=None)``: key -> JSON type of the daemon.json keys that release accepts.
+- ``check_keys(cfg, keys=None, known=None, version=None)``: -> list of ``KeyProblem`` (key, message).
 
 Sources
 -------
@@ -28,7 +34,9 @@ Sources
   the JSON file. If that happens, the Docker daemon won't start and prints an error message.")
   and docs.docker.com/config/daemon/troubleshoot/ (the hosts / ``-H fd://`` example of C15).
 - moby daemon/config/config.go (20.10): ``getConflictFreeConfiguration`` reads the file with Go's
-  encoding/json (one value, no comments, no trailing commas, no BOM), ``configValuesSet``
+  encoding/json (one value, no comments, no trailing commas, no BOM; 23.0 and later first drop a
+  UTF-8 or UTF-16 byte order mark: commit d42495033e7a, backported to 23.0 as 0b2eecdc8a,
+  ``unicode.BOMOverride``), ``configValuesSet``
   flattens nested objects except ``flatOptions``, ``findConfigurationConflicts`` fails with
   "the following directives are specified both as a flag and in the configuration file: <key>"
   for every flag that was set on the command line and whose name (or NamedOption name, e.g.
@@ -61,8 +69,9 @@ DEFAULT_PATH = "/etc/docker/daemon.json"
 class DaemonJsonError(ValueError):
     """daemon.json cannot be read; the message names the file, line, column, problem and fix."""
 
-    def __init__(self, path, problems, parser_message=""):
+    def __init__(self, path, problems, parser_message="", verdict="dockerd would refuse to start with it too"):
         self.path = path
+        self.verdict = verdict
         self.problems = list(problems)
         self.parser_message = parser_message
         first = self.problems[0] if self.problems else Problem(1, 1, "", "")
@@ -73,7 +82,7 @@ class DaemonJsonError(ValueError):
     def _format(self):
         lines = [
             f"{self.path}: not valid JSON, refusing to edit it (the file is left untouched; "
-            "dockerd would refuse to start with it too)."
+            f"{self.verdict})."
         ]
         for p in self.problems:
             lines.append(f"  line {p.line}, column {p.column}: {p.message} Fix: {p.fix}")
@@ -98,8 +107,37 @@ def _line_col(text, offset):
     return line, col
 
 
-def decode(data, path=DEFAULT_PATH):
-    """UTF-8 bytes -> str; DaemonJsonError naming line/column of the first undecodable byte."""
+#: The first dockerd release that drops a byte order mark before parsing daemon.json (UTF-8, UTF-16 LE
+#: or BE): moby commit d42495033e7a "daemon/config: support alternate (common) unicode encodings using
+#: a BOM", in v23.0.0 through its backport 0b2eecdc8a (moby/moby#44832); daemon/config/config.go
+#: getConflictFreeConfiguration, ``transform.Chain(unicode.BOMOverride(transform.Nop), ...)``.
+#: dockerd 20.10 (Debian 12's docker.io) hands the bytes to encoding/json as they are and refuses.
+BOM_RELEASE = (23, 0)
+_UTF16_BOMS = ((b"\xff\xfe", "utf-16-le", "FF FE, UTF-16 LE"), (b"\xfe\xff", "utf-16-be", "FE FF, UTF-16 BE"))
+
+
+def decode(data, path=DEFAULT_PATH, version=None):
+    """UTF-8 bytes -> str; DaemonJsonError naming line/column of the first undecodable byte.
+
+    UTF-16 with a byte order mark is decoded where ``version`` is dockerd 23.0 or later (which
+    reads it); a UTF-8 byte order mark is left in the text for ``load`` to judge.
+    """
+    for bom, codec, name in _UTF16_BOMS:
+        if not data.startswith(bom):
+            continue
+        rel = _release(version)
+        if rel is not None and rel >= BOM_RELEASE:
+            try:
+                return data[len(bom):].decode(codec)
+            except UnicodeDecodeError:
+                break  # not UTF-16 after all: reported as the bytes it is below
+        who = (f"dockerd {_fmt(rel)} reads daemon.json as UTF-8 only" if rel is not None else
+               "dockerd older than 23.0 (Debian 12's 20.10 included) reads daemon.json as UTF-8 only; "
+               "23.0 and later decode it")
+        raise DaemonJsonError(path, [Problem(
+            1, 1, f"UTF-16 text (byte order mark {name}); {who}.",
+            "re-save the file as UTF-8 without BOM (e.g. `iconv -f utf-16 -t utf-8`).",
+        )], verdict=_bom_verdict(rel))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -109,6 +147,12 @@ def decode(data, path=DEFAULT_PATH):
             line, col, f"byte 0x{data[exc.start]:02x} is not UTF-8 (dockerd reads daemon.json as UTF-8).",
             "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).",
         )]) from None
+
+
+def _bom_verdict(rel):
+    if rel is None:
+        return "dockerd older than 23.0 would refuse to start with it; 23.0 and later skip the byte order mark"
+    return f"dockerd {_fmt(rel)} would refuse to start with it too"
 
 
 def _scan(text):
@@ -181,22 +225,33 @@ def _scan(text):
     return sorted(found)
 
 
-def load(text, path=DEFAULT_PATH):
+def load(text, path=DEFAULT_PATH, version=None):
     """Parse daemon.json text into a dict, or raise ``DaemonJsonError`` that says exactly why not.
 
     Empty or whitespace-only text is ``{}`` (dockerd does the same: bytes.TrimSpace, len 0).
     Refused, each with line and column: two JSON objects one after the other (the typical result
     of ``cat >> daemon.json``), typographic quotes, trailing commas, comments, single quotes, a
-    UTF-8 byte order mark, a top level that is not an object, any other JSON syntax error.
+    top level that is not an object, any other JSON syntax error; and a UTF-8 byte order mark,
+    unless ``version`` is dockerd 23.0 or later, which skips it (``BOM_RELEASE``). With no version
+    the BOM is refused, saying which releases refuse it. ``render`` never writes one.
     """
-    if not text.strip():
-        return {}
     problems = []
     body = text
+    verdict = "dockerd would refuse to start with it too"
     if text.startswith("\ufeff"):
-        problems.append(Problem(1, 1, "UTF-8 byte order mark (BOM) at the start; dockerd's Go JSON "
-                                      "parser rejects it.", "save the file as UTF-8 without BOM."))
+        rel = _release(version)
+        if rel is None or rel < BOM_RELEASE:
+            who = (f"dockerd {_fmt(rel)} (older than 23.0) hands it to Go's JSON parser, which rejects it"
+                   if rel is not None else "dockerd older than 23.0 (Debian 12's 20.10 included) rejects it; "
+                   "23.0 and later skip it")
+            problems.append(Problem(1, 1, f"UTF-8 byte order mark (BOM) at the start; {who}.",
+                                    "save the file as UTF-8 without BOM."))
+            verdict = _bom_verdict(rel)
         body = " " + text[1:]  # same length, so offsets stay those of ``text``
+    if not body.strip():
+        if problems:
+            raise DaemonJsonError(path, problems, verdict=verdict)
+        return {}
     try:
         cfg = json.loads(body)
     except json.JSONDecodeError as exc:
@@ -228,7 +283,7 @@ def load(text, path=DEFAULT_PATH):
             problems.append(Problem(line, col, msg, fix))
         raise DaemonJsonError(path, problems, parser) from None
     if problems:
-        raise DaemonJsonError(path, problems)
+        raise DaemonJsonError(path, problems, verdict=verdict)
     if not isinstance(cfg, dict):
         start = len(text) - len(text.lstrip())
         line, col = _line_col(text, start)
@@ -749,22 +804,30 @@ def missing_runtimes(cfg, which, flags=()):
 
 
 # --------------------------------------------------------------------------------------------
-# dockerd's own keys and types (Docker 20.10 .. 27)
+# dockerd's own keys and types (Docker 20.10 .. 28.5)
 # --------------------------------------------------------------------------------------------
 #
 # From moby daemon/config/config.go, config_linux.go, config_unix.go (the ``json:"..."`` tags of
 # Config, CommonConfig, BridgeConfig, CommonTLSOptions, DNSConfig, LogConfig,
 # registry.ServiceOptions) at v20.10.24, plus the keys later releases added (marked with the
-# release). dockerd 20.10 refuses an unknown top-level key at start ("the following directives
+# release). dockerd refuses an unknown top-level key at start ("the following directives
 # don't match any configuration option"), and a value of the wrong JSON type ("json: cannot
 # unmarshal ..."); Debian 12's dockerd has no --validate, so these are checked here first.
+# dockerd's test for "unknown" is ``flags.Lookup(key) == nil`` and not a NamedOption's name and not
+# in ``skipValidateOptions`` (findConfigurationConflicts, config.go:484 @v20.10.24, :584 @v28.3.2),
+# so a key is known exactly while its flag exists: the flags of cmd/dockerd/config.go,
+# config_unix.go, config_common_unix.go and options.go were compared at every minor release tag
+# from v20.10.24 to v28.5.2 (KEY_RELEASES: the keys not in all of them).
 # Types: string, bool, int, strings (array of strings), string-map (object of strings),
 # bool-map (object of bools), object, objects (array of objects).
 KNOWN_KEYS = {
+    "allow-direct-routing": "bool",  # 28.2
     "allow-nondistributable-artifacts": "strings", "api-cors-header": "string",
-    "authorization-plugins": "strings", "bip": "string", "bridge": "string", "builder": "object",
+    "authorization-plugins": "strings", "bip": "string",
+    "bip6": "string",  # 28.0
+    "bridge": "string", "builder": "object",
     "cdi-spec-dirs": "strings",  # 25.0
-    "cgroup-parent": "string", "cluster-advertise": "string", "cluster-store": "string",
+    "cgroup-parent": "string", "cluster-advertise": "string", "cluster-store": "string",  # to 23.0
     "cluster-store-opts": "string-map", "containerd": "string", "containerd-namespace": "string",
     "containerd-plugins-namespace": "string", "cpu-rt-period": "int", "cpu-rt-runtime": "int",
     "cri-containerd": "bool", "data-root": "string", "debug": "bool",
@@ -772,17 +835,27 @@ KNOWN_KEYS = {
     "default-gateway-v6": "string", "default-ipc-mode": "string",
     "default-network-opts": "object",  # 24.0
     "default-runtime": "string", "default-shm-size": "string", "default-ulimits": "object",
+    "deprecated-key-path": "string",  # skipValidateOptions: accepted and ignored
     "dns": "strings", "dns-opts": "strings", "dns-search": "strings", "exec-opts": "strings",
     "exec-root": "string", "experimental": "bool", "features": "bool-map", "fixed-cidr": "string",
-    "fixed-cidr-v6": "string", "group": "string", "host-gateway-ip": "string", "hosts": "strings",
+    "fixed-cidr-v6": "string",
+    "graph": "string",  # to 23.0: a hidden flag; the file's "graph" only logs a deprecation warning
+    "group": "string", "host-gateway-ip": "string",
+    "host-gateway-ips": "strings",  # 28.0
+    "hosts": "strings",
     "icc": "bool", "init": "bool", "init-path": "string", "insecure-registries": "strings", "ip": "string",
-    "ip-forward": "bool", "ip-masq": "bool", "ip6tables": "bool", "iptables": "bool", "ipv6": "bool",
+    "ip-forward": "bool",
+    "ip-forward-no-drop": "bool",  # 28.0
+    "ip-masq": "bool", "ip6tables": "bool", "iptables": "bool", "ipv6": "bool",
     "labels": "strings", "live-restore": "bool", "log-driver": "string",
     "log-format": "string",  # 25.0
     "log-level": "string", "log-opts": "string-map", "max-concurrent-downloads": "int",
     "max-concurrent-uploads": "int", "max-download-attempts": "int", "metrics-addr": "string",
-    "mtu": "int", "network-control-plane-mtu": "int", "no-new-privileges": "bool",
-    "node-generic-resources": "strings", "oom-score-adjust": "int", "pidfile": "string",
+    "mtu": "int", "network-control-plane-mtu": "int",
+    "network-diagnostic-port": "int",  # a hidden flag
+    "no-new-privileges": "bool",
+    "node-generic-resources": "strings", "oom-score-adjust": "int",  # to 25.0
+    "pidfile": "string",
     "proxies": "object",  # 23.0
     "raw-logs": "bool", "registry-mirrors": "strings", "rootless": "bool", "runtimes": "object",
     "seccomp-profile": "string", "selinux-enabled": "bool", "shutdown-timeout": "int",
@@ -790,6 +863,82 @@ KNOWN_KEYS = {
     "tls": "bool", "tlscacert": "string", "tlscert": "string", "tlskey": "string", "tlsverify": "bool",
     "userland-proxy": "bool", "userland-proxy-path": "string", "userns-remap": "string",
 }
+
+#: The releases the table was checked at (the flags change only at minor releases): the oldest and
+#: newest. Outside them a version-gated verdict is not claimed as that release's.
+OLDEST_RELEASE, NEWEST_RELEASE = (20, 10), (28, 5)
+
+#: Keys (and flag names, see FLAG_NAME_KEYS) not accepted by every release from 20.10 to 28.5:
+#: key -> (first release that accepts it, last release that accepts it); None = no bound.
+#: moby cmd/dockerd/config*.go at each tag: cluster-* and graph flags removed in 24.0,
+#: oom-score-adjust in 26.0; the proxy flags (and so the "proxies" object, which configValuesSet
+#: flattens into them) arrived in 23.0, default-network-opt in 24.0, cdi-spec-dir and log-format in
+#: 25.0, feature in 27.3, bip6, ip-forward-no-drop and host-gateway-ips in 28.0, allow-direct-routing
+#: in 28.2; validate in 23.0, identity gone in 23.0.
+KEY_RELEASES = {
+    "allow-direct-routing": ((28, 2), None), "bip6": ((28, 0), None), "cdi-spec-dirs": ((25, 0), None),
+    "cluster-advertise": (None, (23, 0)), "cluster-store": (None, (23, 0)), "cluster-store-opts": (None, (23, 0)),
+    "default-network-opts": ((24, 0), None), "graph": (None, (23, 0)), "host-gateway-ips": ((28, 0), None),
+    "ip-forward-no-drop": ((28, 0), None), "log-format": ((25, 0), None), "oom-score-adjust": (None, (25, 0)),
+    "proxies": ((23, 0), None),
+    # flag names
+    "cdi-spec-dir": ((25, 0), None), "cluster-store-opt": (None, (23, 0)), "default-network-opt": ((24, 0), None),
+    "feature": ((27, 3), None), "http-proxy": ((23, 0), None), "https-proxy": ((23, 0), None),
+    "identity": (None, (20, 10)), "no-proxy": ((23, 0), None), "validate": ((23, 0), None),
+}
+
+#: Flag names dockerd's key check accepts (``flags.Lookup`` finds them) but that no field of its
+#: configuration has: dockerd starts and ignores them. -> the daemon.json key that does the job
+#: ("" when there is none): FLAG_KEYS' flags, the proxy flags (in the file they go inside
+#: "proxies"), and flags that are no setting at all.
+FLAG_NAME_KEYS = dict({f: k for f, k in FLAG_KEYS.items() if f != k},
+                      **{"http-proxy": "proxies", "https-proxy": "proxies", "no-proxy": "proxies",
+                         "config-file": "", "restart": "", "version": "", "validate": "", "identity": ""})
+
+
+def _fmt(rel):
+    return f"{rel[0]}.{rel[1]}"
+
+
+def _release(version):
+    """(major, minor) of ``version``: ``server_version``'s dict, its text, or a pair; None stays None."""
+    if version is None:
+        return None
+    if isinstance(version, dict):
+        return int(version["major"]), int(version["minor"])
+    if isinstance(version, (tuple, list)):
+        return int(version[0]), int(version[1])
+    v = server_version(str(version))
+    return v["major"], v["minor"]
+
+
+def _accepts(key, rel):
+    """Whether dockerd ``rel`` ((major, minor)) passes ``key``; outside the table, the nearest release."""
+    first, last = KEY_RELEASES.get(key, (None, None))
+    rel = min(max(rel, OLDEST_RELEASE), NEWEST_RELEASE)
+    return (first is None or rel >= first) and (last is None or rel <= last)
+
+
+def _span(key):
+    """The releases that accept ``key``, in words."""
+    first, last = KEY_RELEASES.get(key, (None, None))
+    if first and last:
+        return f"dockerd {_fmt(first)} to {_fmt(last)}"
+    if first:
+        return f"dockerd {_fmt(first)} and later"
+    if last:
+        return f"dockerd up to {_fmt(last)}"
+    return f"every dockerd from {_fmt(OLDEST_RELEASE)} on"
+
+
+def known_keys(version=None):
+    """key -> JSON type of the daemon.json keys dockerd ``version`` accepts; every release's keys
+    (``KNOWN_KEYS``) when the version is unknown, so that no key some release accepts is refused."""
+    rel = _release(version)
+    if rel is None:
+        return dict(KNOWN_KEYS)
+    return {k: t for k, t in KNOWN_KEYS.items() if _accepts(k, rel)}
+
 
 _TYPE_WORDS = {
     "string": 'a string ("...")', "bool": "true or false", "int": "a whole number (no quotes)",
@@ -904,19 +1053,43 @@ LOG_OPTS = {
     "json-file": ("max-file", "max-size", "compress", "labels", "labels-regex", "env", "env-regex", "tag"),
     "local": ("max-file", "max-size", "compress"),
 }
+#: Options of every log driver (but "none"), taken out before the driver's own validator runs: moby
+#: daemon/logger/factory.go ``builtInLogOpts`` (v20.10.24 .. v28.3.2) and ValidateLogOpts, which
+#: dockerd also runs on the daemon.json defaults at start (daemon/logs.go setupDefaultLogConfig:
+#: "failed to set log opts: ...").
+BUILTIN_LOG_OPTS = ("mode", "max-buffer-size")
+LOG_MODES = ("blocking", "non-blocking")
 _RAM_IN_BYTES = re.compile(r"^(\d+(\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?$")
 
 
 def log_opts_problems(driver, opts):
     """Why containers under ``driver`` with ``opts`` (daemon.json ``log-opts``) would not start, with
-    the fix; [] for drivers other than json-file and local, whose options this does not know."""
-    if driver not in LOG_OPTS or not isinstance(opts, dict):
+    the fix. The built-in ``mode`` and ``max-buffer-size`` are checked for every driver but "none";
+    the driver's own options only for json-file and local, the ones this knows."""
+    if not isinstance(opts, dict) or driver == "none":
         return []
     out = []
+    mode = opts.get("mode", "")
+    if mode not in ("",) + LOG_MODES:
+        out.append(f"'log-opts.mode' is {json.dumps(mode)}; dockerd refuses to start (\"failed to set log opts: "
+                   f"logger: logging mode not supported: {mode}\"). Fix: give \"blocking\" (the default) or "
+                   "\"non-blocking\"")
+    elif "max-buffer-size" in opts and mode != "non-blocking":
+        out.append("'log-opts.max-buffer-size' is set without mode \"non-blocking\"; dockerd refuses to start "
+                   "(\"logger: max-buffer-size option is only supported with 'mode=non-blocking'\"). Fix: add "
+                   "\"mode\": \"non-blocking\", or remove max-buffer-size")
+    elif "max-buffer-size" in opts and not _RAM_IN_BYTES.match(str(opts["max-buffer-size"])):
+        out.append(f"'log-opts.max-buffer-size' is {json.dumps(opts['max-buffer-size'])}, not a size; dockerd refuses "
+                   "to start (\"error parsing option max-buffer-size\"). Fix: give a size such as \"4m\"")
+    if driver not in LOG_OPTS:
+        return out
     for key, value in opts.items():
+        if key in BUILTIN_LOG_OPTS:
+            continue
         if key not in LOG_OPTS[driver]:
             out.append(f"'log-opts.{key}' is not an option of the {driver} log driver (\"unknown log opt '{key}' "
-                       f"for {driver} log driver\"). Fix: use one of {', '.join(LOG_OPTS[driver])}, or remove it")
+                       f"for {driver} log driver\"). Fix: use one of {', '.join(LOG_OPTS[driver] + BUILTIN_LOG_OPTS)}, "
+                       "or remove it")
         elif key == "max-size" and not _RAM_IN_BYTES.match(str(value)):
             out.append(f"'log-opts.max-size' is {json.dumps(value)}, not a size; every container would fail to "
                        "start its logger. Fix: give a size such as \"100m\" (docker_log_max_size)")
@@ -966,28 +1139,53 @@ def _type_ok(kind, value):
     return True
 
 
-def check_keys(cfg, keys=None, known=None):
+def check_keys(cfg, keys=None, known=None, version=None):
     """dockerd's check of daemon.json keys and value types -> list of ``KeyProblem``.
 
     ``keys``: the top-level keys to check (default: all of ``cfg``); ``known``: key -> type
-    (default ``KNOWN_KEYS``). An unknown key gets the closest known names as the fix; a wrong type
+    (default ``known_keys(version)``); ``version``: the dockerd release that reads the file (see
+    ``_release``), None when unknown: then a key is refused only when no release from 20.10 to 28.5
+    accepts it. An unknown key gets the closest known names as the fix; a flag's name (``label``,
+    ``insecure-registry``) is accepted by dockerd and ignored, and reported as such; a wrong type
     names the type dockerd's JSON decoder needs. Nested checks: ``default-ulimits.<n>`` needs
     ``Name`` (string), ``Hard``/``Soft`` (whole numbers), ``runtimes.<n>`` an object with a
     ``path`` string or a ``runtimeType``.
     """
     import difflib
 
-    known = KNOWN_KEYS if known is None else known
+    rel = _release(version)
+    known = known_keys(version) if known is None else known
     out = []
     for key in (cfg if keys is None else keys):
         if key not in cfg:
             continue
         value = cfg[key]
+        if key in FLAG_NAME_KEYS and (rel is None or _accepts(key, rel)):
+            target = FLAG_NAME_KEYS[key]
+            hint = f" Did you mean {target!r}?" if target else ""
+            out.append(KeyProblem(key, (
+                f"'{key}' is the name of dockerd's flag --{key}, not a daemon.json setting: dockerd starts but ignores "
+                f"it (no configuration field reads it).{hint} Fix: "
+                + (f"use '{target}' (docs.docker.com/reference/cli/dockerd/#daemon-configuration-file)."
+                   if target else "remove it.")
+                + (f" Only {_span(key)} accept the key at all; older or newer ones refuse to start."
+                   if key in KEY_RELEASES else ""))))
+            continue
         if key not in known:
             near = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
             hint = f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            if rel is None:
+                who = (f"no dockerd from {_fmt(OLDEST_RELEASE)} to {_fmt(NEWEST_RELEASE)} knows it, and dockerd "
+                       "refuses to start")
+            elif rel > NEWEST_RELEASE or rel < OLDEST_RELEASE:
+                who = (f"no dockerd from {_fmt(OLDEST_RELEASE)} to {_fmt(NEWEST_RELEASE)} knows it (dockerd "
+                       f"{_fmt(rel)} is outside that range: `dockerd --validate` has the last word)")
+            elif key in KNOWN_KEYS or key in FLAG_NAME_KEYS:
+                who = f"dockerd {_fmt(rel)} does not know it (only {_span(key)} do) and refuses to start"
+            else:
+                who = f"dockerd {_fmt(rel)} does not know it and refuses to start"
             out.append(KeyProblem(key, (
-                f"'{key}' is not a daemon.json key dockerd knows: dockerd refuses to start (\"the following "
+                f"'{key}' is not a daemon.json key: {who} (\"the following "
                 f"directives don't match any configuration option: {key}\").{hint} Fix: correct or remove it "
                 "(docs.docker.com/reference/cli/dockerd/#daemon-configuration-file lists the keys).")))
             continue
@@ -997,6 +1195,12 @@ def check_keys(cfg, keys=None, known=None):
                 f"'{key}' is {json.dumps(value)} ({_json_type(value)}); dockerd needs {_TYPE_WORDS[kind]} "
                 f"and refuses to start (\"json: cannot unmarshal\"). Fix: give '{key}' {_TYPE_WORDS[kind]}.")))
             continue
+        if key == "graph" and "data-root" in cfg:
+            # config.go @v20.10.24: `cannot specify both "graph" and "data-root" config file options`
+            out.append(KeyProblem(key, (
+                "'graph' and 'data-root' are both set; dockerd refuses to start (\"cannot specify both \\\"graph\\\" "
+                "and \\\"data-root\\\" config file options\"). Fix: keep 'data-root' only ('graph' is its deprecated "
+                "name, gone in 24.0).")))
         if key in ("bip", "fixed-cidr", "fixed-cidr-v6") and value and not _cidr(value):
             out.append(KeyProblem(key, (
                 f"'{key}' is {json.dumps(value)}, not an address with its prefix length (dockerd refuses to start). "
@@ -1155,20 +1359,23 @@ def storage_driver_problem(config):
             "(the default; leave storage-driver out), moving the images over with docker save/load.")
 
 
-def plan_problems(contributions):
+def plan_problems(contributions, version=None):
     """What dockerd would refuse in the daemon.json that ``contributions`` ([(name, dict)], in
     merge order) make, before any file or node is touched -> list of messages with the fix.
+    ``version``: the dockerd release, where known (``check_keys``); preflight knows none.
 
     The docker role's own check (``docker_daemon_json``) runs the same two steps when it writes
     the file; preflight runs them first so that a bad key stops the run before any stage.
     """
     try:
         merged = merge_contributions(contributions)
-        return [p.message for p in check_keys(merged)] + [m for m in [storage_driver_problem(merged)] if m]
+        return [p.message for p in check_keys(merged, version=version)] + [
+            m for m in [storage_driver_problem(merged)] if m]
     except ValueError as exc:  # two sources disagree: report that, and what each source has wrong
         out = [str(exc)]
         for _name, cfg in contributions:
-            out += [p.message for p in check_keys(cfg) if p.message not in out] if isinstance(cfg, dict) else []
+            out += [p.message for p in check_keys(cfg, version=version) if p.message not in out] if isinstance(
+                cfg, dict) else []
         return out
 
 

@@ -16,7 +16,8 @@ description:
     union (existing items first), scalars from O(settings) win.
   - Refuses a file that is not valid JSON and writes nothing; the message names the file, line and
     column and what is wrong (two objects in one file, typographic quotes, trailing commas,
-    comments, single quotes, byte order mark) and how to fix it.
+    comments, single quotes, byte order mark) and how to fix it. A byte order mark is refused only
+    for dockerd older than 23.0 (or an unknown version); 23.0 and later skip it, see O(dockerd_version).
   - Before writing, reads the C(ExecStart) of C(docker.service) and its drop-ins (and the
     C(EnvironmentFile) they name) and fails if the result would set a key that dockerd also gets as
     a command-line flag there; dockerd refuses to start in that case ("the following directives are
@@ -111,10 +112,17 @@ options:
   check_keys:
     description:
       - Refuse a managed key that dockerd does not know or whose value has the wrong JSON type
-        (dockerd 20.10+ keys; the table is in module_utils/daemon_json.py). Unknown keys the user
-        put there are only warned about.
+        (the keys of O(dockerd_version), 20.10 to 28.5; the table is in module_utils/daemon_json.py).
+        Unknown keys the user put there are only warned about.
     type: bool
     default: true
+  dockerd_version:
+    description:
+      - The dockerd release that will read the file (e.g. C(20.10.24+dfsg1), C(28.3.2)). The keys dockerd
+        accepts, and whether it skips a byte order mark, depend on the release.
+      - Default is the C(dockerd --version) of the dockerd on PATH. Without either, only what every
+        release from 20.10 to 28.5 refuses is refused, and the messages name the releases.
+    type: str
   state:
     description:
       - C(merged) merges (the default). C(rolled_back) puts back the file (and record) the
@@ -226,12 +234,12 @@ import functools
 import glob
 import json
 import os
+import re
 import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json import (
-    KNOWN_KEYS,
     DaemonJsonError,
     check_keys,
     conflicts,
@@ -239,12 +247,14 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json imp
     dockerd_flags,
     environment_files,
     get_path,
+    known_keys,
     load,
     merge_contributions,
     missing_runtimes,
     order_unit_files,
     own,
     render,
+    server_version,
 )
 
 # PATH systemd gives system services (systemd.exec(5), "Environment variables in spawned processes").
@@ -268,11 +278,12 @@ ARGUMENT_SPEC = dict(
     managed_file=dict(type="path"),
     pending_file=dict(type="path"),
     check_keys=dict(type="bool", default=True),
+    dockerd_version=dict(type="str"),
     state=dict(type="str", choices=["merged", "rolled_back"], default="merged"),
 )
 
 
-def _read_text(module, path):
+def _read_text(module, path, version=None):
     """File text, or None when it does not exist."""
     try:
         with open(path, "rb") as f:
@@ -281,7 +292,26 @@ def _read_text(module, path):
         return None
     except OSError as exc:
         module.fail_json(msg=f"cannot read {path}: {exc}", path=path)
-    return decode(data, path)
+    return decode(data, path, version)
+
+
+def _dockerd_version(module):
+    """O(dockerd_version), else the release of the dockerd binary on PATH (the one a restart runs:
+    ``Docker version 20.10.24+dfsg1, build 297e128``), else None."""
+    if module.params["dockerd_version"]:
+        try:
+            return server_version(module.params["dockerd_version"])
+        except ValueError as exc:
+            module.fail_json(msg=f"dockerd_version: {exc}")
+    dockerd = module.get_bin_path("dockerd")
+    if not dockerd:
+        return None
+    rc, out, _ = module.run_command([dockerd, "--version"])
+    m = re.search(r"\bversion\s+([0-9][^\s,]*)", out or "")
+    try:
+        return server_version(m.group(1)) if rc == 0 and m else None
+    except ValueError:
+        return None
 
 
 def _unit_texts(module, unit_paths):
@@ -415,9 +445,10 @@ def run(module, which=None):
     if p["state"] == "rolled_back":
         rollback(module)
 
+    version = _dockerd_version(module)
     try:
-        before_text = _read_text(module, path)
-        existing = load(before_text or "", path)
+        before_text = _read_text(module, path, version)
+        existing = load(before_text or "", path, version)
     except DaemonJsonError as exc:
         module.fail_json(msg=str(exc), path=path, line=exc.lineno, column=exc.colno,
                          problems=[dict(x._asdict()) for x in exc.problems])
@@ -428,12 +459,13 @@ def run(module, which=None):
     except ValueError as exc:
         module.fail_json(msg=f"not writing {path}: {exc}", path=path)
     if p["check_keys"]:
-        bad = check_keys(desired)
+        bad = check_keys(desired, version=version)
         if bad:
             module.fail_json(
                 msg=f"not writing {path} (nothing changed): " + " ".join(b.message for b in bad),
                 path=path, invalid_keys=[b.key for b in bad])
-        for b in check_keys(existing, [k for k in existing if k not in KNOWN_KEYS and k not in desired]):
+        known = known_keys(version)
+        for b in check_keys(existing, [k for k in existing if k not in known and k not in desired], version=version):
             module.warn(f"{path} (a key not managed by gpucluster, left as it is): {b.message}")
     previous, managed_before_text = {}, None
     if p["managed_file"]:

@@ -382,6 +382,42 @@ def test_load_names_line_column_and_problem(text, line, column, what):
     assert "/etc/docker/daemon.json" in str(err) and "Fix: " in str(err)
 
 
+# daemon_bom.json of the probe: Notepad's "UTF-8" (EF BB BF) before the object. moby d42495033e7a
+# (in v23.0.0 as the backport 0b2eecdc8a) drops the BOM in getConflictFreeConfiguration; 20.10 does not.
+BOM_TEXT = b'\xef\xbb\xbf{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}}\n'
+
+
+@pytest.mark.parametrize("version", ["23.0.0", "24.0.7", "28.3.2", {"major": 26, "minor": 1}, (25, 0)])
+def test_load_bom_is_skipped_for_dockerd_23_and_later(version):
+    cfg = load(decode(BOM_TEXT), "/etc/docker/daemon.json", version)
+    assert cfg == {"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}}
+    assert not render(cfg).startswith("\ufeff")  # the writer never writes one
+    assert load("\ufeff\n", version=version) == {}  # dockerd: BOM dropped, TrimSpace, empty
+
+
+def test_load_bom_is_refused_for_dockerd_20_10_with_its_version():
+    with pytest.raises(DaemonJsonError) as ei:
+        load(decode(BOM_TEXT), "/etc/docker/daemon.json", "20.10.24+dfsg1")
+    assert "dockerd 20.10 (older than 23.0)" in ei.value.problems[0].message
+    assert "dockerd 20.10 would refuse to start" in str(ei.value)
+
+
+def test_load_bom_with_no_version_names_the_releases_that_refuse_it():
+    with pytest.raises(DaemonJsonError) as ei:
+        load(decode(BOM_TEXT), "/etc/docker/daemon.json")
+    assert "dockerd older than 23.0" in ei.value.problems[0].message and "23.0 and later skip it" in str(ei.value)
+    assert "dockerd would refuse to start" not in str(ei.value)
+
+
+def test_decode_utf16_with_bom_only_for_dockerd_that_reads_it():
+    data = b"\xff\xfe" + '{"debug": true}\n'.encode("utf-16-le")  # Windows PowerShell's default
+    assert load(decode(data, version="24.0.0"), version="24.0.0") == {"debug": True}
+    assert load(decode(b"\xfe\xff" + '{"debug": true}'.encode("utf-16-be"), version="23.0.1")) == {"debug": True}
+    with pytest.raises(DaemonJsonError) as ei:
+        decode(data, "/etc/docker/daemon.json")
+    assert "UTF-16 text (byte order mark FF FE" in str(ei.value) and "23.0 and later decode it" in str(ei.value)
+
+
 def test_load_smart_quotes_inside_strings_are_content():
     label = "note=it\u2019s \u201cfine\u201d"
     assert load('{"labels": ["' + label + '"]}') == {"labels": [label]}

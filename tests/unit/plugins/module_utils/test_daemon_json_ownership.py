@@ -14,10 +14,13 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json imp
     check_keys,
     conflicts,
     dockerd_flags,
+    known_keys,
     leaves,
     load,
+    log_opts_problems,
     merge_contributions,
     own,
+    plan_problems,
 )
 
 from tests.conftest import fixture_text
@@ -180,3 +183,77 @@ def test_check_keys_accepts_the_managed_and_fixture_keys():
 
 def test_leaves_paths():
     assert leaves({"a": {"b": 1, "c": {}}, "d": [1]}) == [(("a", "b"), 1), (("a", "c"), {}), (("d",), [1])]
+
+
+# --- keys per dockerd release (moby cmd/dockerd/config*.go at each minor tag, v20.10.24 .. v28.5.2) ----
+
+# The probe's inputs (p4.py): keys dockerd accepts that were reported as "dockerd refuses to start".
+NEWER_KEYS = {"bip6": "fd00:1::1/64", "ip-forward-no-drop": True, "allow-direct-routing": False,
+              "host-gateway-ips": ["192.0.2.1"]}
+
+
+@pytest.mark.parametrize("cfg", [{"graph": "/data/docker"}, {"network-diagnostic-port": 2000}, NEWER_KEYS])
+def test_check_keys_accepts_keys_some_release_has_when_the_version_is_unknown(cfg):
+    assert check_keys(cfg) == []
+    assert plan_problems([("settings", cfg)]) == []
+
+
+def test_check_keys_follows_the_release_of_dockerd():
+    # graph / network-diagnostic-port: hidden flags of v20.10.24 cmd/dockerd/config.go; graph gone in v24.0.0.
+    assert check_keys({"graph": "/data/docker", "network-diagnostic-port": 2000}, version="20.10.24+dfsg1") == []
+    assert check_keys({"graph": "/data/docker"}, version="23.0.6") == []
+    [graph] = check_keys({"graph": "/data/docker", "network-diagnostic-port": 2000}, version="24.0.0")
+    assert graph.key == "graph" and "only dockerd up to 23.0 do" in graph.message
+    # bip6, ip-forward-no-drop, host-gateway-ips since v28.0.0; allow-direct-routing since v28.2.0.
+    assert check_keys(NEWER_KEYS, version="28.3.2") == []
+    assert [p.key for p in check_keys(NEWER_KEYS, version="28.1.1")] == ["allow-direct-routing"]
+    old = check_keys(NEWER_KEYS, version={"major": 20, "minor": 10})
+    assert [p.key for p in old] == list(NEWER_KEYS)
+    assert all("dockerd 20.10 does not know it" in p.message and "refuses to start" in p.message for p in old)
+    # oom-score-adjust: flag removed in v26.0.0; proxies (the http-proxy flags) since v23.0.0.
+    assert check_keys({"oom-score-adjust": -500}, version="25.0.5") == []
+    assert [p.key for p in check_keys({"oom-score-adjust": -500}, version="26.1.3")] == ["oom-score-adjust"]
+    assert [p.key for p in check_keys({"proxies": {"http-proxy": "http://p:3128"}}, version="20.10.24")] == ["proxies"]
+    assert set(known_keys("28.3.2")) - set(known_keys("20.10.24")) >= set(NEWER_KEYS)
+    assert set(known_keys()) == set(KNOWN_KEYS)
+
+
+def test_check_keys_a_key_no_release_knows_is_refused_for_every_version():
+    for version in (None, "20.10.24", "28.3.2"):
+        [p] = check_keys({"debgu": True}, version=version)
+        assert "refuses to start" in p.message and "Did you mean 'debug'" in p.message
+    [newer] = check_keys({"debgu": True}, version="29.0.0")
+    assert "outside that range" in newer.message
+
+
+def test_check_keys_a_flag_name_is_accepted_and_ignored_not_a_refusal():
+    [p] = check_keys({"label": ["rack=A1"]})
+    assert "starts but ignores it" in p.message and "Did you mean 'labels'" in p.message
+    assert "refuses to start" not in p.message
+
+
+def test_check_keys_graph_with_data_root_is_refused():
+    [p] = check_keys({"graph": "/a", "data-root": "/b"}, version="20.10.24")
+    assert "cannot specify both" in p.message
+
+
+# --- log-opts: mode and max-buffer-size are every driver's (moby daemon/logger/factory.go builtInLogOpts)
+
+def test_log_opts_mode_and_max_buffer_size_are_accepted_for_every_driver():
+    cfg = {"log-driver": "json-file", "log-opts": {"max-size": "100m", "max-file": "3", "mode": "non-blocking",
+                                                   "max-buffer-size": "4m"}}
+    assert check_keys(cfg) == []
+    assert log_opts_problems("local", {"mode": "blocking"}) == []
+    assert log_opts_problems("journald", {"mode": "non-blocking", "max-buffer-size": "1m"}) == []
+
+
+@pytest.mark.parametrize("driver, opts, words", [
+    ("json-file", {"mode": "nonblocking"}, "logging mode not supported: nonblocking"),
+    ("syslog", {"mode": "async"}, "logging mode not supported: async"),
+    ("json-file", {"max-buffer-size": "4m"}, "only supported with 'mode=non-blocking'"),
+    ("local", {"mode": "non-blocking", "max-buffer-size": "four"}, "error parsing option max-buffer-size"),
+])
+def test_log_opts_mode_is_validated(driver, opts, words):
+    [why] = log_opts_problems(driver, opts)
+    assert words in why and "Fix:" in why
+    assert log_opts_problems("none", opts) == []  # ValidateLogOpts returns early for "none"

@@ -271,6 +271,8 @@ def test_dockerd_validate_is_used_when_dockerd_has_it(run, tmp_path, monkeypatch
 
     def run_command(self, args, **kwargs):
         calls.append(list(args))
+        if args[1] == "--version":
+            return 0, "Docker version 24.0.7, build 311b9ff\n", ""
         if args[1] == "--help":
             return 0, "      --validate    Validate daemon configuration and exit\n", ""
         with open(args[3], encoding="utf-8") as f:
@@ -284,7 +286,7 @@ def test_dockerd_validate_is_used_when_dockerd_has_it(run, tmp_path, monkeypatch
     assert result["failed"] is True
     assert f"dockerd --validate rejected the merged {path}" in result["msg"]
     assert f"with file {path}: invalid logging level: loud" in result["msg"]
-    assert [c[1] for c in calls] == ["--help", "--validate"]
+    assert [c[1] for c in calls] == ["--version", "--help", "--validate"]
     assert path.read_text() == "{}\n"
 
 
@@ -372,9 +374,55 @@ def test_two_sources_disagreeing_is_refused_naming_both(run, tmp_path):
 
 
 def test_a_users_unknown_key_is_only_a_warning(run, tmp_path):
+    # ip-forward-no-drop is a dockerd 28.0 flag (moby v28.3.2 cmd/dockerd/config_unix.go): unknown to 20.10.
     write(tmp_path / "etc/docker/daemon.json", '{"ip-forward-no-drop": true}\n')
-    result = run(**owner_args(tmp_path, settings={"log-driver": "json-file"}))
-    assert result["changed"] and any("ip-forward-no-drop" in w for w in result["warning_texts"])
+    result = run(**owner_args(tmp_path, settings={"log-driver": "json-file"}, dockerd_version="20.10.24+dfsg1"))
+    assert result["changed"] and any("ip-forward-no-drop" in w and "dockerd 20.10 does not know it" in w
+                                     for w in result["warning_texts"])
+
+
+def test_a_key_the_running_dockerd_knows_is_not_warned_about(run, tmp_path):
+    write(tmp_path / "etc/docker/daemon.json", '{"ip-forward-no-drop": true}\n')
+    result = run(**owner_args(tmp_path, settings={"log-driver": "json-file"}, dockerd_version="28.3.2"))
+    assert result["changed"] and not any("ip-forward-no-drop" in w for w in result["warning_texts"])
+
+
+# A UTF-8 byte order mark (Notepad's UTF-8): dockerd 23.0 and later skip it (moby d42495033e7a, backported
+# to v23.0.0 as 0b2eecdc8a); 20.10 (Debian 12's docker.io) refuses to start with it.
+BOM_FILE = b'\xef\xbb\xbf{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}}\n'
+
+
+def test_a_bom_file_is_merged_for_a_dockerd_that_skips_it_and_written_without_bom(run, tmp_path, monkeypatch):
+    path = tmp_path / "etc/docker/daemon.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(BOM_FILE)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/dockerd")
+    outputs = {"--version": "Docker version 26.1.3, build 26.1.3-0ubuntu1~24.04.1\n", "--help": ""}
+    monkeypatch.setattr(AnsibleModule, "run_command", lambda self, args, **kw: (0, outputs[args[1]], ""))
+    result = run(path=str(path), settings={"log-level": "warn"}, check_runtimes=False)
+    assert result["changed"] is True and result["config"]["runtimes"]["nvidia"]["runtimeArgs"] == []
+    assert path.read_bytes().startswith(b"{") and load(path.read_text()) == result["config"]
+
+
+def test_a_bom_file_is_refused_for_dockerd_20_10_and_for_an_unknown_dockerd_naming_the_releases(run, tmp_path):
+    path = tmp_path / "etc/docker/daemon.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(BOM_FILE)
+    old = run(path=str(path), settings={"log-level": "warn"}, dockerd_version="20.10.24+dfsg1")
+    assert old["failed"] and "dockerd 20.10 (older than 23.0)" in old["msg"]
+    unknown = run(path=str(path), settings={"log-level": "warn"})
+    assert unknown["failed"] and "dockerd older than 23.0" in unknown["msg"]
+    assert "23.0 and later skip" in unknown["msg"] and "dockerd would refuse to start" not in unknown["msg"]
+    assert path.read_bytes() == BOM_FILE
+
+
+def test_keys_of_a_newer_dockerd_are_written_for_it_and_refused_for_20_10(run, tmp_path):
+    settings = {"bip6": "fd00:1::1/64", "allow-direct-routing": False, "network-diagnostic-port": 2000}
+    new = run(path=str(tmp_path / "daemon.json"), settings=settings, dockerd_version="28.3.2")
+    assert new["changed"] is True and new["config"] == settings
+    old = run(path=str(tmp_path / "old.json"), settings=settings, dockerd_version="20.10.24+dfsg1")
+    assert old["failed"] and old["invalid_keys"] == ["bip6", "allow-direct-routing"]
+    assert "only dockerd 28.2 and later do" in old["msg"]
 
 
 def test_rollback_restores_the_file_and_the_record_the_marker_names(run, tmp_path):
