@@ -7,8 +7,10 @@ Stdlib only, Python 3.8+. One state per thing: :func:`read_toolkit_error` (what 
 
 Grammar and sources:
 
-- dockerd (moby daemon/runtime.go, docker 19.03 .. 27): ``Error response from daemon: unknown or
-  invalid runtime name: <name>``; ``could not select device driver "" with capabilities:
+- dockerd (moby daemon/runtime.go, docker 23 .. 27): ``Error response from daemon: unknown or
+  invalid runtime name: <name>``; docker 19.03 / 20.10 (Debian 12's docker.io) say ``Unknown runtime
+  specified <name>`` for the same thing (moby v20.10.24 daemon/daemon_unix.go:712, v19.03.15
+  :678); ``could not select device driver "" with capabilities:
   [[gpu]]`` (daemon/devices.go: no ``--gpus`` driver registered, i.e. no nvidia toolkit hook);
   ``fork/exec <path>: no such file or directory`` / ``exec: "<name>": executable file not found
   in $PATH`` when the runtime binary a config names is missing (fixture C19).
@@ -19,7 +21,10 @@ Grammar and sources:
 - nvidia-container-toolkit 1.14 .. 1.18 CDI (``internal/modifier/cdi.go`` and tags.cncf.io CDI
   ``pkg/cdi``): ``failed to inject CDI devices: unresolvable CDI devices <kind>=<name>``; the
   kind ``runtime.nvidia.com/gpu`` is the toolkit's automatic (just-in-time) spec, whose
-  generation error is only logged (NVIDIA/nvidia-container-toolkit #1537, fixture N06).
+  generation error is only logged (NVIDIA/nvidia-container-toolkit #1537, fixture N06). Several
+  devices are joined with ``", "`` (CDI ``pkg/cdi/cache.go`` InjectDevices). dockerd 25+ injects CDI
+  devices itself: ``CDI device injection failed: unresolvable CDI devices ...`` (moby v26.1.0
+  daemon/cdi.go:39/94), and the docker CLI ends daemon errors with ``.``.
 - NVML inside a container: ``Failed to initialize NVML: Unknown Error`` after ``systemctl
   daemon-reload`` with the systemd cgroup driver (device rules re-applied without /dev/char
   links; NVIDIA/nvidia-container-toolkit #48, fixture N05).
@@ -44,7 +49,8 @@ def _loose(phrase):
     return r"\s*".join(re.escape(ch) for ch in phrase if not ch.isspace())
 
 
-_RUNTIME_UNKNOWN = re.compile(_loose("unknown or invalid runtime name:") + r"\s*([\w.\-]+)")
+_RUNTIME_UNKNOWN = re.compile("(?:" + _loose("unknown or invalid runtime name:") + "|"
+                              + _loose("Unknown runtime specified") + r")\s*([\w.\-]+)")
 _NO_DRIVER = re.compile(_loose('could not select device driver "" with capabilities:') + r"\s*(\[\[[^\]]*\]\])")
 _CDI = re.compile(_loose("unresolvable CDI devices") + r"\s+((?:[\w.\-]+/[\w.\-]+=[\w.\-:,]+?)(?:,\s*[\w.\-]+/[\w.\-]+=[\w.\-]+)*)(?::|\s|$)")  # noqa: E501
 _CLI = re.compile(r"nvidia-container-cli: (\w+) error: (.+?)(?::\s*unknown\.?|\\n|\"|$)", re.M)
@@ -98,7 +104,8 @@ def read_toolkit_error(text) -> dict:
             capabilities=m.group(1))
     m = _CDI.search(flat)
     if m:
-        device = re.sub(r"\s+", "", m.group(1))
+        # One name, or several joined with ", "; the docker CLI's closing "." is not part of the last one.
+        device = ",".join(d.rstrip(".") for d in re.sub(r"\s+", "", m.group(1)).split(",") if d.rstrip("."))
         auto = device.startswith("runtime.nvidia.com/")
         cause = (f"CDI device {device} could not be resolved: "
                  + ("the toolkit's automatic CDI spec generation failed (its error is only in the "

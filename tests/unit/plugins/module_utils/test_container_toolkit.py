@@ -100,6 +100,33 @@ def test_no_toolkit_error_and_cut_lines_are_parse_errors():
         parse_nvidia_smi_list("GPU 0: NVIDIA A10 (UUID: GPU-00000000-0000-0000-0000-000000000001)\nGPU 1: NVIDIA A1\n")
 
 
+
+def test_docker_20_10_unknown_runtime_specified_is_runtime_not_registered():
+    # Docker 19.03 / 20.10 wording (moby v20.10.24 daemon/daemon_unix.go:712); real outputs in
+    # NVIDIA/nvidia-docker#838 and #1236, and what Debian 12's docker.io 20.10.24 prints.
+    text = ("$ docker run --runtime=nvidia --rm nvidia/cuda nvidia-smi\n"
+            "docker: Error response from daemon: Unknown runtime specified nvidia.\n"
+            "See 'docker run --help'.\n")
+    err = read_toolkit_error(text)
+    assert err["class"] == "RUNTIME_NOT_REGISTERED" and err["runtime"] == "nvidia"
+
+
+@pytest.mark.parametrize(("text", "device"), [
+    # dockerd 25+ injects CDI devices itself (moby v26.1.0 daemon/cdi.go); the docker CLI adds the final ".".
+    ("docker: Error response from daemon: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=all.\n"
+     "See 'docker run --help'.\n", "nvidia.com/gpu=all"),
+    # several devices: tags.cncf.io CDI pkg/cdi/cache.go joins them with ", ".
+    ("docker: Error response from daemon: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=0, "
+     "nvidia.com/gpu=1.\n", "nvidia.com/gpu=0,nvidia.com/gpu=1"),
+    ("docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI "
+     "runtime create failed: could not apply required modification to OCI specification: error modifying OCI spec: "
+     "failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all: unknown.\n", "nvidia.com/gpu=all"),
+])
+def test_cdi_device_names_lose_the_cli_full_stop(text, device):
+    err = read_toolkit_error(text)
+    assert err["class"] == "CDI_DEVICE_UNRESOLVABLE" and err["device"] == device and err["automatic"] is False
+
+
 # --- CDI mode --------------------------------------------------------------------------------------
 
 def _engine(text):
