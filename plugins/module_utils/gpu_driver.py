@@ -10,6 +10,12 @@ Sources:
   version mismatch", fixture C09), and "No devices were found" with ``RmInitAdapter failed`` in
   the kernel log (fixture C14, NVIDIA/open-gpu-kernel-modules #862); the kernel log is read by
   ``gpu_kernel.parse_kernel_log``.
+- nvidia-smi exit codes (nvidia-smi(1), RETURN VALUE): 0 success, 2 invalid argument, 3 not
+  supported, 4 no permission, 6 not found, 8 external power cables not attached, 9 driver not
+  loaded, 10 kernel interrupt issue, 12 NVML shared library not found, 13 function not found,
+  14 infoROM corrupted, 15 GPU fallen off the bus, 255 other error. Exit code 14 still prints
+  the reading, with ``WARNING: infoROM is corrupted at gpu <bus id>`` (NVIDIA GPU Operator
+  troubleshooting, "infoROM is corrupted (nvidia-smi return code 14)": replace the GPU).
 - ``/proc/driver/nvidia/version`` as printed by the proprietary and the open kernel modules;
   dpkg(1) / dpkg-query(1) output formats.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel import parse_kernel_log
+from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_pci import normalize_bus_id
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import (
     ParseError,
     shorten,
@@ -114,6 +121,14 @@ def nvidia_userspace_version(packages):
 
 
 _NVML_LIB_VERSION_RE = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
+_INFOROM_RE = re.compile(r"infoROM is corrupted at gpu (\S+)")
+# nvidia-smi(1) RETURN VALUE; 255 ("other error") says nothing the message does not.
+SMI_EXIT_CODES = {2: "invalid argument", 3: "not supported", 4: "no permission", 6: "not found",
+                  8: "external power cables not attached", 9: "driver not loaded",
+                  10: "interrupt issue with a GPU", 12: "NVML shared library not found",
+                  13: "NVML function not found", 14: "infoROM corrupted",
+                  15: "GPU has fallen off the bus"}
+RC_INFOROM_CORRUPTED = 14
 
 DRIVER_STATES = ("absent", "installed-not-loaded", "ready")
 
@@ -125,13 +140,41 @@ def _result(state, klass, reason, hint, versions, failed_bus_ids=(), pci_ids=())
     return out
 
 
+def _kernel_findings(log):
+    """What the kernel log says about the GPUs that failed, by event kind: (text, fixes)."""
+    failed = log["failed_bus_ids"] if log else []
+    events = log["events"] if log else []
+    named = set()
+    parts = []
+    init = sorted({e["bus_id"] for e in events if e["kind"] == "init_failed"})
+    if init:
+        parts.append(f"RmInitAdapter failed for {', '.join(init)}")
+        named.update(init)
+    fixes = []
+    for event in events:
+        if event["kind"] == "unsupported_gpu" and event["bus_id"] not in named:
+            named.add(event["bus_id"])
+            parts.append(f"{event['bus_id']} {event['reason']}")
+            if event["fix"] not in fixes:
+                fixes.append(event["fix"])
+    lost = sorted({e["bus_id"] for e in events if e["kind"] == "gpu_lost"} - named)
+    if lost:
+        parts.append(f"{', '.join(lost)} fell off the bus")
+        named.update(lost)
+    rest = [b for b in failed if b not in named]
+    if rest:  # only a cut message names them: say no more than that
+        parts.append(f"{', '.join(rest)} named in an incomplete NVRM message")
+    return "; ".join(parts), fixes
+
+
 def _no_devices(versions, lspci_gpus, kernel_log, pci_source="lspci"):
     log = parse_kernel_log(kernel_log) if kernel_log else None
     failed = log["failed_bus_ids"] if log else []
     pci_ids = sorted({g["pci_id"] for g in log["gpus"].values() if g["pci_id"]}) if log else []
+    findings, fixes = _kernel_findings(log)
     reason = "No devices were found"
-    if failed:
-        reason += f"; kernel log: RmInitAdapter failed for {', '.join(failed)}"
+    if findings:
+        reason += f"; kernel log: {findings}"
     if pci_ids:
         reason += f" (PCI ID {', '.join(pci_ids)})"
     if lspci_gpus:
@@ -141,10 +184,15 @@ def _no_devices(versions, lspci_gpus, kernel_log, pci_source="lspci"):
     if lspci_gpus is not None and not lspci_gpus:
         hint = (f"{pci_source} shows no NVIDIA GPU: reseat the card, check its power and the BIOS PCIe "
                 "settings; the driver has no device to drive")
+    elif fixes and "RmInitAdapter" not in findings:
+        # The driver refused the GPU (gpu_kernel unsupported_gpu): the BIOS is not the cause.
+        hint = "; ".join(fixes)
     else:
         hint = ("do not reinstall the driver: the GPU is on the bus but was not initialised; "
                 "enable 'Above 4G Decoding' and 'Resizable BAR' in the BIOS and check that the "
                 "installed driver supports this PCI device id")
+        if fixes:
+            hint = "; ".join(fixes) + "; " + hint
     return _result("installed-not-loaded", "NO_DEVICES_INITIALISED", reason, hint, versions,
                    failed, pci_ids)
 
@@ -172,12 +220,14 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
 
         {"state": "absent" | "installed-not-loaded" | "ready",
          "class": "READY" | "ABSENT" | "NOT_LOADED" | "DRIVER_LIBRARY_MISMATCH"
-                  | "NO_DEVICES_INITIALISED" | "USERSPACE_MISSING" | "GPU_LOST" | "NVML_ERROR",
+                  | "NO_DEVICES_INITIALISED" | "USERSPACE_MISSING" | "GPU_LOST"
+                  | "INFOROM_CORRUPTED" | "NVML_ERROR",
          "reason": "one line: what nvidia-smi or the files say" or None,
          "hint": "what to do" or None,
          "kernel_version": "520.56.06" or None,     # loaded kernel module (/proc)
          "userspace_version": "525.85.12" or None,  # package, or NVML library in the message
-         "failed_bus_ids": ["0000:01:00.0"],        # parse_kernel_log failed_bus_ids
+         "failed_bus_ids": ["0000:01:00.0"],        # parse_kernel_log failed_bus_ids, or
+                                                    # the GPUs with a corrupted infoROM
          "pci_ids": ["10de:2b85"]}
 
     Classes (NVML ``nvmlReturn_t`` behind the nvidia-smi messages):
@@ -187,14 +237,22 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
       library differ; bring both to one version, then reload the modules or reboot (a reboot
       alone does not help while the on-disk module is the old one; fixture C09);
     - ``NOT_LOADED``: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA
-      driver" (NVML_ERROR_DRIVER_NOT_LOADED);
+      driver" (NVML_ERROR_DRIVER_NOT_LOADED); with ``kernel_log`` naming GPUs the driver
+      refused (``unsupported_gpu``), reason and hint name them and the fix;
     - ``NO_DEVICES_INITIALISED``: "No devices were found"; the kernel log's ``RmInitAdapter
       failed`` lines name the bus id and PCI id (fixture C14). Reinstalling the driver does not
       fix it: check the BIOS (Above 4G Decoding, Resizable BAR) and that the installed driver
-      supports the PCI id;
+      supports the PCI id. When the log says the driver refused the GPU (``unsupported_gpu``: the open module on a
+      GPU without GSP, or a release that does not list the PCI id), reason and hint say so
+      and name the fix (proprietary module / a driver branch that supports the GPU);
     - ``GPU_LOST``: "Unable to determine the device handle ... GPU is lost" (Xid 79 family);
       with ``kernel_log``, ``failed_bus_ids`` are the GPUs that fell off the bus (fixture N24);
-    - ``NVML_ERROR``: any other nvidia-smi failure, reason = exit code and its first line;
+    - ``INFOROM_CORRUPTED``: nvidia-smi exit code 14 / ``WARNING: infoROM is corrupted at gpu
+      <bus id>``: the driver is loaded and NVML answers, so ``state`` stays ``ready`` (the
+      GPUs can be read) unless NVML failed to initialise; ``failed_bus_ids`` are the GPUs the
+      warning names; the fix is to replace the board (contact the vendor), not the driver;
+    - ``NVML_ERROR``: any other nvidia-smi failure, reason = exit code (with its nvidia-smi(1)
+      meaning) and the first line of output;
     - ``USERSPACE_MISSING``: kernel module loaded or package installed, nvidia-smi missing;
     - ``ABSENT``: no nvidia-smi, no kernel module, no package.
 
@@ -241,9 +299,16 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
     if ("couldn't communicate with the NVIDIA driver" in output
             or "Failed to initialize NVML: Driver Not Loaded" in output):
         extra = "" if userspace is None else f", user-space {userspace} installed"
-        return _result("installed-not-loaded", "NOT_LOADED",
-                       f"nvidia-smi couldn't communicate with the NVIDIA driver (kernel module "
-                       f"not loaded{extra})",
+        reason = (f"nvidia-smi couldn't communicate with the NVIDIA driver (kernel module "
+                  f"not loaded{extra})")
+        log = parse_kernel_log(kernel_log) if kernel_log else None
+        findings, fixes = _kernel_findings(log)
+        if fixes:
+            # The module refused every GPU (nothing to drive), so it did not stay loaded.
+            return _result("installed-not-loaded", "NOT_LOADED", f"{reason}; kernel log: {findings}",
+                           "; ".join(fixes), versions, log["failed_bus_ids"],
+                           sorted({g["pci_id"] for g in log["gpus"].values() if g["pci_id"]}))
+        return _result("installed-not-loaded", "NOT_LOADED", reason,
                        "load the module (modprobe nvidia); if that fails, the DKMS build for "
                        "the running kernel or Secure Boot signing is the usual cause "
                        "(dkms status, dmesg | grep NVRM)", versions)
@@ -261,9 +326,21 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
                        "and seating, update the SBIOS, then reset the GPU or reboot; do not "
                        "reinstall the driver first", versions, lost, pci_ids)
 
-    if nvidia_smi_rc != 0 or "Failed to initialize NVML" in output or "NVIDIA-SMI has failed" in output:
+    nvml_failed = "Failed to initialize NVML" in output or "NVIDIA-SMI has failed" in output
+    corrupted = sorted({normalize_bus_id(b) for b in _INFOROM_RE.findall(output)})
+    if nvidia_smi_rc == RC_INFOROM_CORRUPTED or corrupted:
+        where = ", ".join(corrupted) or "a GPU the output does not name (see nvidia-smi -q)"
+        return _result("installed-not-loaded" if nvml_failed else "ready", "INFOROM_CORRUPTED",
+                       f"nvidia-smi exited {nvidia_smi_rc}: infoROM is corrupted at {where}",
+                       "the board's infoROM (its on-board configuration / ECC store) is "
+                       "corrupted: replace the board / contact the vendor (RMA) for "
+                       f"{where}; reinstalling the driver does not help", versions, corrupted)
+
+    if nvidia_smi_rc != 0 or nvml_failed:
+        meaning = SMI_EXIT_CODES.get(nvidia_smi_rc)
+        code = f"{nvidia_smi_rc} ({meaning})" if meaning else f"{nvidia_smi_rc}"
         return _result("installed-not-loaded", "NVML_ERROR",
-                       f"nvidia-smi exited {nvidia_smi_rc}: {first_line or '(no output)'}",
+                       f"nvidia-smi exited {code}: {first_line or '(no output)'}",
                        "run nvidia-smi on the node and read dmesg | grep NVRM", versions)
 
     return _result("ready", "READY", None, None, versions)
@@ -271,7 +348,7 @@ def driver_state(nvidia_smi_rc, nvidia_smi_output, proc_driver_version=None, dpk
 
 _KERNEL_REASONS = (("gpu_lost", "fell off the bus"),
                    ("init_failed", "failed to initialise (RmInitAdapter)"),
-                   ("unsupported_gpu", "not supported by the installed driver"))
+                   ("unsupported_gpu", None))  # the event's own reason: open module or release
 
 
 def missing_gpus(pci_gpus, smi_gpus, kernel=None):
@@ -284,7 +361,8 @@ def missing_gpus(pci_gpus, smi_gpus, kernel=None):
 
         [{"bus_id": "0000:b3:00.0", "pci_id": "10de:26b5",
           "reason": "fell off the bus" or "failed to initialise (RmInitAdapter)"
-                    or "not supported by the installed driver" or None,   # None: log silent
+                    or "not supported by the installed driver"
+                    or "not supported by the installed (open) driver" or None,  # None: log silent
           "action": "drain" or None}]                                      # gpu_kernel.ACTIONS
 
     ``[]`` when every PCI GPU is seen. A GPU record without a bus id raises ParseError (the
@@ -304,7 +382,7 @@ def missing_gpus(pci_gpus, smi_gpus, kernel=None):
             events = [e for e in (kernel or {}).get("events", [])
                       if e["kind"] == kind and e["bus_id"] == gpu["bus_id"]]
             if events:
-                reason, action = text, events[0]["action"]
+                reason, action = text or events[0]["reason"], events[0]["action"]
                 break
         if reason is None and kernel and gpu["bus_id"] in kernel.get("lost_bus_ids", []):
             reason, action = "fell off the bus", "drain"

@@ -8,7 +8,11 @@ Grammar and sources:
   the control process exited with error code.``), ``systemctl status`` (``Loaded:``,
   ``Active: failed (Result: exit-code) since ...``, ``Process: <pid> ExecStart=...
   (code=exited, status=1/FAILURE)``, ``Main PID:``), systemd 219 to 255. These labels are not
-  translated by systemd.
+  translated by systemd. systemd 219 (RHEL/CentOS 7) writes the exit line in lower case
+  (``<unit>: control process exited, code=exited, status=1/FAILURE``, then ``Unit <unit>
+  entered failed state.`` and ``<unit> failed.``; esnet/oscars #137); systemd 250 and later
+  name the unit before its description (``Starting|Started|Stopping|Stopped <unit> -
+  <description>...``, ``Failed to start <unit> - <description>.``).
 - Journal lines (``journalctl -u nvidia-fabricmanager``, syslog): ``<month> <day> <hh:mm:ss>
   <host> <ident>[<pid>]: <message>`` with the month in the node's locale (``Nov``, ``11月``,
   ``nov.``; fixture N21 is zh_CN), or ``-o short-iso``. systemd's unit messages (``Starting
@@ -23,7 +27,12 @@ Grammar and sources:
   no NVSwitch. On a PCIe box with an NVLink bridge (fixture N21, 2x A40) that means FM does
   not apply; on an NVSwitch box (lspci lists NVIDIA bridges, class 0680) it is a failure
   (NVSwitches not visible to FM; on Blackwell, NVLSM missing, siderolabs/extensions #717).
-  FM must run the same version as the driver (FM User Guide, "Software version").
+  FM must run the same version as the driver (FM User Guide, "Software version"); when it
+  does not, FM exits with ``fabric manager NVIDIA GPU driver interface version <FM version>
+  don't match with driver version <driver version>. Please update with matching NVIDIA driver
+  package.`` (R450-R550, NVIDIA/gpu-operator #544, siderolabs/pkgs #720) or, newer, ``...
+  doesn't match with driver version <driver version>. Please update with the matching NVIDIA
+  driver package.`` (akash-network/website #632).
 """
 
 from __future__ import annotations
@@ -54,10 +63,13 @@ _ACTIVE_RE = re.compile(r"^Active:\s*(?P<state>[a-z-]+)(?:\s*\((?P<sub>[^)]*)\))
 _LOADED_RE = re.compile(r"^Loaded:\s*(?P<loaded>[a-z-]+)")
 _PROCESS_RE = re.compile(r"^(?:Process|Main PID):\s*(?P<pid>\d+)\b.*\(code=(?P<code>\w+), "
                          r"status=(?P<status>\d+)")
-_EXITED_RE = re.compile(r"(?:Control|Main) process exited, code=(?P<code>\w+), "
+_EXITED_RE = re.compile(r"(?:[Cc]ontrol|[Mm]ain) process exited, code=(?P<code>\w+), "
                         r"status=(?P<status>\d+)")
 _TOKEN_RE = re.compile(r"\[(NV_[A-Z0-9_]+)\]")
 _VERSION_RE = re.compile(r"Fabric Manager version(?: is)?\s*:?\s*(\d+\.\d+(?:\.\d+)?)")
+_MISMATCH_RE = re.compile(r"fabric manager NVIDIA GPU driver interface version "
+                          r"(?P<fm>\d+\.\d+(?:\.\d+)?) (?:don|doesn)['\u2019]t match with driver "
+                          r"version (?P<driver>\d+\.\d+(?:\.\d+)?)", re.I)
 _UNIT_NOT_FOUND_RE = re.compile(r"Unit (?P<unit>\S+?)(?:\.service)? (?:could not be found|not found)")
 
 # Lifecycle messages of systemd -> state, and their rank inside one second: a failure in the
@@ -70,9 +82,10 @@ _LIFECYCLE = (
      "running", 1),
     (_EXITED_RE, "failed", 3),
     (re.compile(r"Failed with result|^Failed to start", re.I), "failed", 3),
-    (re.compile(r"^Stopping NVIDIA fabric manager", re.I), "activating", 0),
-    (re.compile(r"^Stopped NVIDIA fabric manager|Deactivated successfully|: Succeeded\.?$",
-                re.I), "inactive", 2),
+    (re.compile(r"^Stopping NVIDIA fabric manager|^Stopping nvidia-fabricmanager", re.I),
+     "activating", 0),
+    (re.compile(r"^Stopped NVIDIA fabric manager|^Stopped nvidia-fabricmanager|"
+                r"Deactivated successfully|: Succeeded\.?$", re.I), "inactive", 2),
     (re.compile(r"Scheduled restart job", re.I), "activating", 0),
     (re.compile(r"Start request repeated too quickly|entered failed state|\.service failed\.?$",
                 re.I), "failed", 3),
@@ -110,7 +123,10 @@ def parse_fabricmanager(text):
                      information from NVSwitch driver failed with error:WARNING Nothing to do
                      [NV_WARN_NOTHING_TO_DO]", "token": "NV_WARN_NOTHING_TO_DO"}],
          "nothing_to_do": True,      # NV_WARN_NOTHING_TO_DO: the driver found no NVSwitch
-         "version": "520.61.05" or None,     # Fabric Manager version line
+         "version": "520.61.05" or None,     # Fabric Manager version line, or the FM version
+                                             # of its version-mismatch message
+         "driver_version": "550.120" or None,  # the driver FM found, from that message
+         "version_mismatch": False,  # FM said its version does not match the driver's
          "pids": [4177],
          "truncated": False,   # the text ends inside a line
          "complete": True}
@@ -125,7 +141,8 @@ def parse_fabricmanager(text):
     lines = split_lines(text, "fabric manager output")
     out = {"unit": UNIT, "state": None, "start_failed": False, "exit_status": None,
            "loaded": None, "tokens": [], "errors": [], "nothing_to_do": False,
-           "version": None, "pids": [], "truncated": bool(text) and not text.endswith("\n"),
+           "version": None, "driver_version": None, "version_mismatch": False, "pids": [],
+           "truncated": bool(text) and not text.endswith("\n"),
            "complete": True}
     lifecycle = []  # (sort key, state)
     active = None
@@ -213,7 +230,7 @@ def parse_fabricmanager(text):
                 if v:
                     out["version"] = v.group(1)
             continue
-        if _TOKEN_RE.search(line) or _VERSION_RE.search(line):
+        if _TOKEN_RE.search(line) or _VERSION_RE.search(line) or _MISMATCH_RE.search(line):
             seen = True
             _fm_message(out, lineno, None, line)
     if not seen:
@@ -238,8 +255,12 @@ def _fm_message(out, lineno, pid, msg, always=False):
     v = _VERSION_RE.search(msg)
     if v:
         out["version"] = v.group(1)
+    mismatch = _MISMATCH_RE.search(msg)
+    if mismatch:
+        out["version"], out["driver_version"] = mismatch.group("fm"), mismatch.group("driver")
+        out["version_mismatch"] = True
     token = _TOKEN_RE.search(msg)
-    if token or always or re.search(r"\b(?:error|failed)\b", msg, re.I):
+    if token or always or mismatch or re.search(r"\b(?:error|failed)\b", msg, re.I):
         out["errors"].append({"line": lineno, "pid": pid, "text": msg,
                               "token": token.group(1) if token else None})
         if token:
@@ -265,13 +286,17 @@ def fabricmanager_state(reading, nvswitches=None, driver_version=None):
     - ``FABRIC_MANAGER_NOT_RUNNING`` (fail, NVSwitch present) / (ok, none): inactive or missing.
 
     ``version_mismatch`` is True when FM and the driver report different versions (FM must
-    match the driver exactly); it makes an ok class a ``warn``.
+    match the driver exactly), or FM itself said so (its "driver interface version ... doesn't
+    match with driver version" message, read without ``driver_version``); it makes an ok
+    class a ``warn``, and a failure's hint is then to install FM of the driver's version.
     """
     has_switch = None if nvswitches is None else bool(nvswitches)
     state = reading.get("state")
     failed = state == "failed" or reading.get("start_failed")
     version = reading.get("version")
-    mismatch = bool(version and driver_version and version != driver_version)
+    driver_version = driver_version or reading.get("driver_version")
+    mismatch = bool(reading.get("version_mismatch")
+                    or (version and driver_version and version != driver_version))
     if reading.get("nothing_to_do") or (failed and has_switch is False):
         if has_switch is False:
             out = ("FABRIC_MANAGER_NOT_APPLICABLE", "ok",
@@ -292,6 +317,12 @@ def fabricmanager_state(reading, nvswitches=None, driver_version=None):
                    "nvidia-fabricmanager says NV_WARN_NOTHING_TO_DO (no NVSwitch found)",
                    "run lspci -nn: without NVIDIA bridges (class 0680) FM does not apply and "
                    "should be disabled; with them, the NVSwitches are not visible to FM")
+    elif failed and mismatch:
+        out = ("FABRIC_MANAGER_FAILED", "fail",
+               f"nvidia-fabricmanager failed (exit status {reading.get('exit_status')})",
+               f"install nvidia-fabricmanager of the driver's exact version ({driver_version}), "
+               f"or the driver of Fabric Manager's version ({version}), from one repository, "
+               f"and hold both packages (apt-mark hold) so they move together")
     elif failed:
         out = ("FABRIC_MANAGER_FAILED", "fail",
                f"nvidia-fabricmanager failed (exit status {reading.get('exit_status')}; "

@@ -6,13 +6,18 @@ The one reader of ``NVRM:`` kernel lines; ``gpu_driver.driver_state`` uses it to
 Grammar and sources:
 
 - Record prefixes, as the tools print them: ``dmesg`` (util-linux) ``[ 1843.308145] ``,
-  ``dmesg -T`` ``[Mon Jun  2 13:13:04 2025] ``, ``dmesg -x`` ``kern  :err   : ``, syslog /
+  ``dmesg -T`` ``[Mon Jun  2 13:13:04 2025] ``, ``dmesg -H`` / ``dmesg -e`` (``--reltime``)
+  ``[Oct19 10:12] `` on the first record of a minute and ``[  +0.000012] `` (time since the
+  record before) on the next ones (util-linux dmesg(1); the ``+`` form as pasted in
+  NVIDIA/open-gpu-kernel-modules #393), ``dmesg -x`` ``kern  :err   : ``, syslog /
   ``journalctl -k`` short format ``<month> <day> <hh:mm:ss> <host> kernel: `` (the month in the
   node's locale: ``Jul``, ``11月``, ``nov.``), ``journalctl -o short-iso``
   ``2025-06-02T13:13:04+0000 <host> kernel: ``, or none (a bare ``NVRM: ...`` paste).
   dmesg prints the continuation lines of a multi-line printk without a prefix, indented to the
   message column (fixture N24); syslog gives every line its own prefix (fixture C14). Both are
-  joined by the message grammar below, so lost indentation does not matter.
+  joined by the message grammar below, so lost indentation does not matter. A line that
+  carries ``NVRM:`` or ``nvidia-nvswitchN:`` behind a prefix none of these forms matches is
+  not guessed at: its line number goes to ``unread`` and the reading is not ``complete``.
 - ``NVRM: Xid (PCI:dddd:bb:dd): <code>, pid=<pid>, name=<comm>, <text>``: NVIDIA driver
   (open-gpu-kernel-modules ``nvRmXid`` / ``nv_report_error``); ``pid=`` and ``name=`` appear
   from the R460-R525 drivers on (``pid='<unknown>'`` when no process), older drivers print
@@ -30,9 +35,18 @@ Grammar and sources:
   not responding to commands.``; newer drivers also print ``GPU <bus>: GPU has fallen off the
   bus.`` (NVIDIA/open-gpu-kernel-modules #1151). Same action as Xid 79: drain the node, check
   power, cooling and seating (open-gpu-kernel-modules #507), do not reinstall the driver.
-- ``GPU <bus>: RmInitAdapter failed! (...)`` / ``rm_init_adapter failed`` (fixture C14),
-  ``The NVIDIA GPU <bus> (PCI ID: ...) installed in this system is not supported by the NVIDIA
-  <version> driver release.``, ``The NVIDIA probe routine failed for <n> device(s).``, the
+- ``GPU <bus>: RmInitAdapter failed! (...)`` / ``rm_init_adapter failed`` (fixture C14).
+- GPU the loaded driver refuses (open-gpu-kernel-modules ``rm_is_supported_device``, printed
+  over several lines, each ``NVRM:``-prefixed, then a "Please see ..." tail that is not read):
+  ``The NVIDIA GPU <bus> (PCI ID: <vvvv:dddd>) installed in this system is not supported by
+  the NVIDIA <version> driver release.`` (R390 on); before it ``... is not supported by the
+  <version> NVIDIA Linux driver release.`` (R367, Bumblebee-Project/Bumblebee #810); and from
+  the open kernel module, for a GPU without a GSP (pre-Turing), ``... is not supported by open
+  nvidia.ko because it does not include the required GPU System Processor (GSP).``
+  (open-gpu-kernel-modules #587, #696). All three are ``unsupported_gpu`` events: reinstalling
+  the same driver or changing the BIOS does not help; the fix is the proprietary kernel module
+  (GSP case) or a driver branch that supports the PCI id.
+- ``The NVIDIA probe routine failed for <n> device(s).``, the
   driver banner ``loading NVIDIA UNIX [Open ]Kernel Module for <arch>  <version>  ...`` (N24),
   ``GPU at PCI:<bus>: GPU-<uuid>`` (stable id of the GPU), and NVSwitch ``SXid (PCI:<bus>):
   <code>, Fatal|Non-fatal, <text>`` from ``nvidia-nvswitchN``.
@@ -96,14 +110,19 @@ _PREFIXES = (
     ("dmesg", re.compile(r"^\[\s*(?P<time>\d+\.\d+)\]\s?")),
     ("dmesg -T", re.compile(r"^\[(?P<time>[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} "
                             r"\d{2}:\d{2}:\d{2} \d{4})\]\s?")),
+    # dmesg -H / --reltime: "[Oct19 10:12]" heads a minute, "[  +0.000012]" is the delta after.
+    ("dmesg -H", re.compile(r"^\[\s*(?P<time>[A-Z][a-z]{2}\d{1,2} \d{2}:\d{2}|\+\d+\.\d+)\]\s?")),
     ("journal", re.compile(r"^(?P<time>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\S*)\s+\S+\s+"
                            r"kernel:\s?(?:\[\s*\d+\.\d+\]\s?)?")),
-    ("syslog", re.compile(r"^(?P<time>\S+\s+\d{1,2}\s+\d{2}:\d{2}:\d{2})\s+\S+\s+"
+    ("syslog", re.compile(r"^(?P<time>\S+\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+\S+\s+"
                           r"kernel:\s?(?:\[\s*\d+\.\d+\]\s?)?")),
 )
 _DMESG_X_RE = re.compile(r"^[a-z]+\s*:[a-z]+\s*:\s?")
 _NVRM_RE = re.compile(r"^NVRM:\s?")
 _NVSWITCH_RE = re.compile(r"^nvidia-nvswitch\d+:\s?")
+# An NVIDIA kernel line behind a prefix that none of _PREFIXES matched (a known prefix before
+# another driver's message that merely mentions NVRM is not one).
+_UNREAD_RE = re.compile(r"(?:^|\s)(?:NVRM|nvidia-nvswitch\d+):")
 
 _XID_RE = re.compile(rf"^Xid \((?:PCI:)?(?P<bus>{_XID_BUS})\):\s*(?P<code>\d+)(?P<rest>.*)$")
 _XID_REST_RE = re.compile(
@@ -128,30 +147,38 @@ _TEMPLATES = {
                 "the bus and is not responding to commands.",
     "unsupported_gpu": "The NVIDIA GPU {bus} (PCI ID: {pci}) installed in this system is not "
                        "supported by the NVIDIA {version} driver release.",
+    "unsupported_gpu_r367": "The NVIDIA GPU {bus} (PCI ID: {pci}) installed in this system is "
+                            "not supported by the {version} NVIDIA Linux driver release.",
+    "unsupported_gpu_gsp": "The NVIDIA GPU {bus} (PCI ID: {pci}) installed in this system is not "
+                           "supported by open nvidia.ko because it does not include the required "
+                           "GPU System Processor (GSP).",
 }
+# A template's last word closes the message; the next sentence may follow on the same line
+# ("driver release.  Please see 'Appendix", R367). The unsupported_gpu* templates give
+# unsupported_gpu events.
 _TEMPLATE_WORDS = {k: v.split() for k, v in _TEMPLATES.items()}
 _SLOT_RES = {"{bus}": re.compile(rf"^{_BUS}$"), "{pci})": re.compile(rf"^{_HEX4}:{_HEX4}\)$"),
-             "{version}": re.compile(r"^\S+$")}
+             "{version}": re.compile(r"^\d+\.\d+(?:\.\d+)?$")}
 # Words that start the later lines of those messages: a record starting with one has lost its
 # head (shuffled or cut paste).
 _FRAGMENT_STARTS = ("(PCI ID:", "installed in this system", "fallen off the bus and",
-                    "is not supported by the", "supported by the NVIDIA")
+                    "is not supported by the", "supported by the NVIDIA",
+                    "nvidia.ko because it does not include", "System Processor (GSP)")
 
 
 def _match_words(words, template):
-    """How ``words`` fit ``template``: "complete", "open" (a proper prefix) or None."""
-    if len(words) > len(template):
-        return None
-    for i, word in enumerate(words):
+    """How ``words`` fit ``template``: "complete" (all of it, perhaps with the next sentence
+    after it), "open" (a proper prefix) or None."""
+    for i, word in enumerate(words[:len(template)]):
         pattern = template[i]
         slot = _SLOT_RES.get(pattern)
         if (slot is not None and not slot.match(word)) or (slot is None and word != pattern):
             return None
-    return "complete" if len(words) == len(template) else "open"
+    return "complete" if len(words) >= len(template) else "open"
 
 
 def _template_state(message):
-    """("complete", kind) / ("open", None) / (None, None) for a joined NVRM message."""
+    """("complete", template) / ("open", None) / (None, None) for a joined NVRM message."""
     words = message.split()
     open_ = False
     for kind, template in _TEMPLATE_WORDS.items():
@@ -187,6 +214,8 @@ def _records(lines):
             source, body = "NVRM", _NVRM_RE.sub("", body, count=1).strip()
         elif _NVSWITCH_RE.match(body):
             source, body = "nvswitch", _NVSWITCH_RE.sub("", body, count=1).strip()
+        if source is None and not prefixed and _UNREAD_RE.search(body):
+            source = "unread"
         if current is not None and source == "NVRM" and (time is None or time == current["time"]):
             joined = current["message"] + " " + body
             if _template_state(joined)[0] is not None:
@@ -235,6 +264,27 @@ def _event(kind, record, action, **fields):
     return out
 
 
+def _unsupported_event(record, template, words, bus_id, pci_id, text):
+    """An ``unsupported_gpu`` event: which driver refused the GPU and what fixes it."""
+    if template == "unsupported_gpu_gsp":
+        return _event("unsupported_gpu", record, "none", bus_id=bus_id, pci_id=pci_id, text=text,
+                      module="open", driver_version=None,
+                      reason="not supported by the installed (open) driver",
+                      fix=f"the open kernel module drives only GPUs with a GSP (Turing or newer) "
+                          f"and reports that {pci_id} has none: install the proprietary kernel module of the "
+                          f"driver (the package without -open, e.g. nvidia-driver-<branch> "
+                          f"instead of nvidia-driver-<branch>-open); the BIOS and a reinstall "
+                          f"of the same module do not help")
+    version = words[_TEMPLATE_WORDS[template].index("{version}")]
+    return _event("unsupported_gpu", record, "none", bus_id=bus_id, pci_id=pci_id, text=text,
+                  module=None, driver_version=version,
+                  reason="not supported by the installed driver",
+                  fix=f"driver {version} does not support PCI id {pci_id}: install a driver "
+                      f"branch whose README 'Supported NVIDIA GPU Products' lists it (a legacy "
+                      f"branch for an old GPU, a newer branch for a new one); the BIOS and a "
+                      f"reinstall of the same driver do not help")
+
+
 def _worst(actions):
     known = [a for a in actions if a in ACTIONS]
     return max(known, key=ACTIONS.index) if known else "none"
@@ -256,7 +306,11 @@ def parse_kernel_log(text):
              "action": "drain"},                  # fallen off the bus, with or without Xid 79
             {"kind": "init_failed", ..., "bus_id": "0000:01:00.0", "text": "RmInitAdapter
              failed! (0x22:0x56:884)", "action": "drain"},
-            {"kind": "unsupported_gpu", ..., "bus_id", "pci_id", "action": "none"},
+            {"kind": "unsupported_gpu", ..., "bus_id", "pci_id", "action": "none",
+             "module": "open" or None,          # "open": refused by the open nvidia.ko (no GSP)
+             "driver_version": "520.56.06" or None,   # the release that refuses the GPU
+             "reason": "not supported by the installed (open) driver",
+             "fix": "install the proprietary kernel module ..."},
             {"kind": "probe_failed", ..., "devices": 1, "action": "none"},
             {"kind": "sxid", ..., "bus_id": "0000:c6:00.0", "code": 20034, "fatal": True,
              "text": "...", "action": "drain" (fatal) or "none"}],
@@ -270,7 +324,8 @@ def parse_kernel_log(text):
          "records": 3,                           # kernel records read (lines joined)
          "truncated": False,    # the text ends inside a line or inside a multi-line message
          "incomplete": [],      # line numbers of NVRM messages cut or shuffled apart
-         "complete": True}      # not truncated and nothing incomplete
+         "unread": [],          # lines with NVRM:/nvidia-nvswitchN: behind an unknown prefix
+         "complete": True}      # not truncated, nothing incomplete, nothing unread
 
     Every event names the GPU by its PCI bus id (``gpus`` adds the UUID when the log has the
     ``GPU at PCI:...: GPU-...`` line), never by a display name. Raises ParseError for an Xid
@@ -283,6 +338,7 @@ def parse_kernel_log(text):
     gpus = {}
     driver = None
     incomplete = []
+    unread = []
 
     def gpu(bus_id):
         return gpus.setdefault(bus_id, {"uuid": None, "pci_id": None, "lost": False, "xids": [],
@@ -290,6 +346,9 @@ def parse_kernel_log(text):
 
     for record in records:
         msg = record["message"]
+        if record["source"] == "unread":
+            unread.append(record["line"])
+            continue
         if record["source"] == "nvswitch":
             m = _SXID_RE.match(msg)
             if m:
@@ -312,19 +371,19 @@ def parse_kernel_log(text):
         if msg.startswith("Xid"):
             raise ParseError(f"kernel log line {record['line']}: expected 'Xid (PCI:dddd:bb:dd): "
                              f"<code>, <text>', got {shorten(msg)!r}")
-        state, kind = _template_state(msg)
+        state, template = _template_state(msg)
         if state == "complete":
             words = msg.split()
+            text_ = " ".join(words[:len(_TEMPLATE_WORDS[template])])
             bus_id = normalize_bus_id(words[3])
             pci_id = words[6].rstrip(")").lower()
             gpu(bus_id)["pci_id"] = pci_id
-            if kind == "gpu_lost":
+            if template == "gpu_lost":
                 gpu(bus_id)["lost"] = True
                 events.append(_event("gpu_lost", record, "drain", bus_id=bus_id, pci_id=pci_id,
-                                     text=msg))
+                                     text=text_))
             else:
-                events.append(_event("unsupported_gpu", record, "none", bus_id=bus_id,
-                                     pci_id=pci_id, text=msg))
+                events.append(_unsupported_event(record, template, words, bus_id, pci_id, text_))
             continue
         if state == "open":
             incomplete.append(record["line"])
@@ -386,5 +445,6 @@ def parse_kernel_log(text):
         "records": len(records),
         "truncated": truncated,
         "incomplete": incomplete,
-        "complete": not truncated and not incomplete,
+        "unread": unread,
+        "complete": not truncated and not incomplete and not unread,
     }

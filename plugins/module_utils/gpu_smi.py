@@ -63,6 +63,11 @@ _SMI_ERROR_MARKERS = (
 )
 
 
+# nvidia-smi exit code 14 prints the reading plus this line (NVIDIA GPU Operator troubleshooting,
+# "infoROM is corrupted"); gpu_driver.driver_state reports it (class INFOROM_CORRUPTED).
+_INFOROM_WARNING_RE = re.compile(r"^WARNING: infoROM is corrupted at gpu \S+$")
+
+
 def _is_sentinel(value):
     return value == "N/A" or (value.startswith("[") and value.endswith("]"))
 
@@ -127,7 +132,9 @@ def parse_query_gpu_csv(text, fields):
       numeric (driver ``440.64``); ``Enabled``/``Disabled`` become True/False;
     - a field known to be numeric (memory.*, power.*, clocks.* ...) holding a word raises
       ParseError (shifted columns);
-    - a header line (``--format=csv`` without ``noheader``) is recognised and skipped;
+    - a header line (``--format=csv`` without ``noheader``) is recognised and skipped, and so
+      is ``WARNING: infoROM is corrupted at gpu <bus id>`` (exit code 14; classified by
+      :func:`gpu_driver.driver_state`);
     - the text nvidia-smi prints instead of CSV ("Failed to initialize NVML: Driver/library
       version mismatch", "No devices were found", ...) raises ParseError naming it; classify
       such output with :func:`driver_state`.
@@ -145,7 +152,7 @@ def parse_query_gpu_csv(text, fields):
     rows = []
     first = True
     for lineno, line in enumerate(lines, 1):
-        if not line.strip():
+        if not line.strip() or _INFOROM_WARNING_RE.match(line.strip()):
             continue
         cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
         if first and all(_HEADER_CELL_RE.match(c) for c in cells):
@@ -227,6 +234,9 @@ _Q_HEADERS = {
     "Max Customer Boost Clocks": ("GPU",), "Clock Policy": ("GPU",), "Supported Clocks": ("GPU",),
     "Voltage": ("GPU",), "Fabric": ("GPU",), "Processes": ("GPU",), "Capabilities": ("GPU",),
     "Accounted Processes": ("GPU",),
+    # vGPU (NVIDIA Virtual GPU Software, nvidia-smi -q of a guest or a host): read opaque,
+    # except that the licence section repeats "Product Name" (the licence's, not the GPU's).
+    "vGPU Software Licensed Product": ("GPU",), "vGPU Device Capability": ("GPU",),
 }
 _THROTTLE_KEYS = ("Idle", "Applications Clocks Setting", "SW Power Cap", "HW Slowdown",
                   "HW Thermal Slowdown", "HW Power Brake Slowdown", "Sync Boost",
@@ -238,6 +248,7 @@ _NEW_ECC_KEYS = ("SRAM Correctable", "SRAM Uncorrectable", "SRAM Uncorrectable P
                  "SRAM Threshold Exceeded")
 # Sections this reader reads -> the keys it knows there (all versions).
 _Q_KEYS = {
+    "vGPU Software Licensed Product": ("Product Name", "License Status"),
     "GPU": ("Product Name", "GPU UUID", "Persistence Mode", "Minor Number", "Performance State",
             "Remapped Rows", "Processes", "ECC Errors", "Retired Pages"),
     "PCI": ("Bus", "Device", "Domain", "Base Classcode", "Sub Classcode", "Device Id", "Bus Id",
@@ -308,7 +319,11 @@ _Q_MIG_SECTIONS = frozenset(("MIG Device", "Device Attributes", "Shared", "ECC E
                              "Volatile", "Aggregate", "FB Memory Usage", "BAR1 Memory Usage"))
 # Older spellings of the same header (R418 prints "Ecc Mode").
 _Q_HEADER_ALIASES = {"Ecc Mode": "ECC Mode"}
-_Q_TOP_KEYS = ("Timestamp", "Driver Version", "CUDA Version", "Attached GPUs")
+# A vGPU guest (R535) says "Attached vGPUs" where a bare-metal host says "Attached GPUs".
+_Q_TOP_KEYS = ("Timestamp", "Driver Version", "CUDA Version", "Attached GPUs", "Attached vGPUs")
+# Sections of the header, before the first GPU (vGPU host R525+: "vGPU Driver Capability" with
+# "Heterogenous Multi-vGPU : Supported"); their keys are not read.
+_Q_TOP_SECTIONS = frozenset(("vGPU Driver Capability",))
 _Q_GPU_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
 _Q_SENTINELS = ("N/A", "[N/A]", "Not Available", "Not Supported", "[Not Supported]",
                 "Unknown Error", "[Unknown Error]", "Unknown")
@@ -509,6 +524,11 @@ def parse_smi_q(text):
     Blacklist``; ``Remapped Rows`` a section (A100 and newer) or ``Remapped Rows : N/A``; ``GPU
     Reset Status`` (R550+); with MIG enabled a ``MIG Devices`` section repeats ``ECC Errors``
     and memory sections per MIG device, which are skipped (the GPU's own sections are read).
+    NVIDIA vGPU reports read too: a guest's header says ``Attached vGPUs : n`` and its GPU
+    block has ``vGPU Software Licensed Product`` with the licence's own ``Product Name`` and
+    ``License Status`` (R535); a host's header has a ``vGPU Driver Capability`` section and its
+    GPU blocks ``vGPU Device Capability`` (R525+, akb486/vgpu README). These vGPU sections are
+    not part of the reading.
     ``N/A``, ``Not Supported``, ``Unknown Error`` read None.
 
     Indentation is not needed: every section header has a known place in the report
@@ -522,7 +542,7 @@ def parse_smi_q(text):
     Returns::
 
         {"driver_version": "535.104.05" or None, "cuda_version": "12.2" or None,
-         "attached_gpus": 8 or None,
+         "attached_gpus": 8 or None,      # "Attached GPUs" (or a vGPU guest's "Attached vGPUs")
          "gpus": [{                               # sorted by bus id
             "bus_id": "0000:18:00.0", "uuid": "GPU-..." or None,   # stable ids
             "product_name": "NVIDIA H100 80GB HBM3", "minor_number": 0,
@@ -563,6 +583,7 @@ def parse_smi_q(text):
     block = None
     path = ()
     in_mig = False
+    top_section = False  # inside a header section (_Q_TOP_SECTIONS)
     last_read = None  # line number of the last value this reader uses
     for lineno, raw in enumerate(lines, 1):
         line = " ".join(raw.split())
@@ -593,6 +614,9 @@ def parse_smi_q(text):
                 in_mig, last_read = True, None
                 path = ()
                 continue
+            if block is None and line in _Q_TOP_SECTIONS:
+                top_section = True
+                continue
             if block is None:
                 raise ParseError(f"nvidia-smi -q line {lineno}: expected 'Key : Value' or "
                                  f"'GPU <bus id>', got {shorten(raw)!r}")
@@ -618,6 +642,9 @@ def parse_smi_q(text):
         if block is None:
             if key in _Q_TOP_KEYS:
                 top[key] = value
+                top_section = False
+                continue
+            if top_section:
                 continue
             raise ParseError(f"nvidia-smi -q line {lineno}: {key!r} before any 'GPU <bus id>' "
                              f"line (the paste starts inside a GPU block?)")
@@ -655,9 +682,10 @@ def parse_smi_q(text):
     if not blocks:
         raise ParseError("nvidia-smi -q: no 'GPU <bus id>' block (expected the output of "
                          "nvidia-smi -q)")
-    attached = top.get("Attached GPUs")
+    attached_key = "Attached GPUs" if "Attached GPUs" in top else "Attached vGPUs"
+    attached = top.get(attached_key)
     if attached is not None and not re.match(r"^\d+$", attached):
-        raise ParseError(f"nvidia-smi -q: 'Attached GPUs' should be a number, got {attached!r}")
+        raise ParseError(f"nvidia-smi -q: {attached_key!r} should be a number, got {attached!r}")
     attached = int(attached) if attached is not None else None
     gpus = sorted((_q_gpu_record(b) for b in blocks), key=lambda g: g["bus_id"])
     truncated = bool(text) and not text.endswith("\n")

@@ -61,6 +61,8 @@ def parse_cpu_list(text):
 # --------------------------------------------------------------------------------------------
 
 _LINK_TYPES = "X, NV#, PIX, PXB, PHB, NODE, SYS, SOC"
+# NVLinks of one GPU, most of any generation (A100 12; H100, B200, GB200 18: NVIDIA data sheets).
+MAX_NVLINKS_PER_GPU = 18
 _LINK_RE = re.compile(r"^(?:X|SYS|SOC|NODE|PHB|PXB|PIX|NV\d+)$")
 # GPU0, NIC0, or an RDMA device named directly (mlx5_0, mlx5_bond_0, bnxt_re0) by old drivers.
 _DEVICE_COL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\d$")
@@ -201,12 +203,17 @@ def parse_topo_matrix(text):
     old drivers) or ``NIC0`` resolved through the ``NIC Legend`` section (newer drivers,
     fixture C02); ``SOC`` (pre-2017 name of ``SYS``) is accepted.
 
-    NVSwitch inference (no NVSwitch row exists in ``topo -m``): every pair of more than four
-    GPUs is linked by NVLink with one and the same bond width (all ``NV12`` on HGX A100 8-GPU,
-    ``NV18`` on HGX H100, ``NV6`` on DGX-2). A GPU has 12 (A100) or 18 (H100) NVLinks, so no
-    baseboard wires more than four GPUs all-to-all directly; a 4-GPU board with all pairs NV4
-    (HGX A100 4-GPU) is direct-wired and reads False, as does a subset of an NVSwitch box seen
-    through CUDA_VISIBLE_DEVICES with four GPUs or fewer.
+    NVSwitch inference (no NVSwitch row exists in ``topo -m``): every pair of GPUs is linked by
+    NVLink with one and the same bond width ``NV#`` (all ``NV12`` on HGX A100 8-GPU, ``NV18`` on
+    HGX H100, ``NV6`` on DGX-2, ``NV18`` on a 4-GPU GB200 NVL72 tray), and either there are more
+    than four GPUs (no baseboard wires more than four GPUs all-to-all directly) or the links
+    the matrix gives one GPU, ``#`` times its ``n - 1`` peers, exceed the NVLinks a GPU has
+    (at most 18: A100 12, H100 / B200 / GB200 18). A switch shows each peer all of a GPU's
+    links; direct wires split them between the peers. So a 4-GPU board with all pairs NV4
+    (HGX A100 4-GPU, 3 x 4 = 12 links) is direct-wired and reads False, and a GB200 tray (3 x 18
+    = 54 links), or a subset of three or more GPUs of an NVSwitch box seen through
+    CUDA_VISIBLE_DEVICES, reads True. Two GPUs alone cannot tell (18 links to one peer fit
+    one GPU) and read False.
 
     Raises ParseError when: the first line is not the header with GPU columns; a cell is not a
     legend link type (X, NV#, PIX, PXB, PHB, NODE, SYS, SOC); the diagonal is not X; a device
@@ -267,13 +274,18 @@ def parse_topo_matrix(text):
 
     gpu_names = [g["name"] for g in gpus]
     nv = [_nv_count(links[a][b]) for a, b in itertools.combinations(gpu_names, 2)]
+    # One bond width on every pair, and more GPUs or more links per GPU than direct wiring
+    # allows (see the docstring).
+    uniform = bool(nv) and all(c is not None for c in nv) and len(set(nv)) == 1
+    switched = uniform and (len(gpu_names) > 4
+                            or nv[0] * (len(gpu_names) - 1) > MAX_NVLINKS_PER_GPU)
     return {
         "gpu_count": len(gpus),
         "gpus": gpus,
         "nics": sorted(nics, key=lambda x: natural_key(x["name"])),
         "links": links,
         "nvlink": any(c is not None for c in nv),
-        "nvswitch": len(gpu_names) > 4 and all(c is not None for c in nv) and len(set(nv)) == 1,
+        "nvswitch": switched,
     }
 
 

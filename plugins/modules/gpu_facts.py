@@ -74,8 +74,9 @@ ansible_facts:
           description:
             - C(state) is C(absent), C(installed-not-loaded) or C(ready); C(class) is one of
               READY, ABSENT, NOT_LOADED, DRIVER_LIBRARY_MISMATCH, NO_DEVICES_INITIALISED,
-              USERSPACE_MISSING, GPU_LOST, NVML_ERROR; C(reason) and C(hint) are one line each
-              (null when ready); C(version) is the running driver (nvidia-smi, else the kernel
+              USERSPACE_MISSING, GPU_LOST, INFOROM_CORRUPTED (nvidia-smi exit code 14, state
+              ready, the board to replace in C(failed_bus_ids)), NVML_ERROR; C(reason) and
+              C(hint) are one line each (null for READY); C(version) is the running driver (nvidia-smi, else the kernel
               module); C(kernel_version) from /proc, C(userspace_version) from dpkg or NVML;
               C(failed_bus_ids) and C(pci_ids) from the kernel log.
           type: dict

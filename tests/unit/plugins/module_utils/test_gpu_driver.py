@@ -194,3 +194,89 @@ def test_missing_gpus_n24_names_the_bus_id_lspci_has_and_nvidia_smi_lacks():
     assert missing_gpus(lspci, smi + [{"bus_id": "0000:b3:00.0"}, {"bus_id": "0000:b5:00.0"}]) == []
     with pytest.raises(ParseError, match="without a PCI bus id"):
         missing_gpus(lspci, [{"index": 0, "name": "NVIDIA L40S"}])
+
+
+# --------------------------------------------------------------------------------------------
+# The driver refusing a GPU (open module without GSP), nvidia-smi exit code 14 (infoROM)
+# --------------------------------------------------------------------------------------------
+
+# NVIDIA/open-gpu-kernel-modules #587, verbatim (the refusal and the probe summary).
+OPEN_GSP_LOG = """\
+[  160.877997] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2331)
+               NVRM: installed in this system is not supported by open
+               NVRM: nvidia.ko because it does not include the required GPU
+               NVRM: System Processor (GSP).
+               NVRM: Please see the 'Open Linux Kernel Modules' and 'GSP
+               NVRM: Firmware' sections in the driver README, available on
+               NVRM: the Linux graphics driver download page at
+               NVRM: www.nvidia.com.
+[  166.261422] nvidia: probe of 0000:01:00.0 failed with error -1
+[  166.261517] NVRM: The NVIDIA probe routine failed for 1 device(s).
+[  166.261520] NVRM: None of the NVIDIA devices were initialized.
+"""
+RTX_4060TI = [{"bus_id": "0000:01:00.0", "pci_id": "10de:2331"}]
+
+
+def test_driver_state_no_devices_open_module_without_gsp_blames_the_module_not_the_bios():
+    state = driver_state(RC_NOT_FOUND, "No devices were found\n", None, "535.86.10", RTX_4060TI,
+                         OPEN_GSP_LOG)
+    assert state["class"] == "NO_DEVICES_INITIALISED"
+    assert state["failed_bus_ids"] == ["0000:01:00.0"] and state["pci_ids"] == ["10de:2331"]
+    assert "0000:01:00.0 not supported by the installed (open) driver" in state["reason"]
+    assert "RmInitAdapter" not in state["reason"]
+    assert "proprietary kernel module" in state["hint"]
+    assert "Above 4G" not in state["hint"]
+
+
+def test_driver_state_not_loaded_with_the_gsp_refusal_in_the_log():
+    out = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+           "sure that the latest NVIDIA driver is installed and running.\n")
+    state = driver_state(RC_NOT_LOADED, out, None, "535.86.10", RTX_4060TI, OPEN_GSP_LOG)
+    assert state["class"] == "NOT_LOADED"
+    assert state["failed_bus_ids"] == ["0000:01:00.0"] and state["pci_ids"] == ["10de:2331"]
+    assert "not supported by the installed (open) driver" in state["reason"]
+    assert "proprietary kernel module" in state["hint"] and "modprobe" not in state["hint"]
+    # Without a kernel log, the old reading.
+    assert "modprobe nvidia" in driver_state(RC_NOT_LOADED, out, None, "535.86.10")["hint"]
+
+
+def test_missing_gpus_names_the_open_module_refusal():
+    kernel = parse_kernel_log(OPEN_GSP_LOG)
+    assert missing_gpus(RTX_4060TI, [], kernel) == [
+        {"bus_id": "0000:01:00.0", "pci_id": "10de:2331",
+         "reason": "not supported by the installed (open) driver", "action": "none"}]
+
+
+# nvidia-smi exit code 14, as NVIDIA's GPU Operator troubleshooting page shows it (Tesla P100,
+# driver 470.82.01): the reading is printed, the warning names the GPU.
+INFOROM_OUT = (
+    "0, Tesla P100-PCIE-16GB, 00000000:0B:00.0, GPU-1f3c5d2e-8a9b-4c7d-9e0f-123456789abc, 16280, Enabled, 470.82.01\n"
+    "WARNING: infoROM is corrupted at gpu 0000:0B:00.0\n"
+)
+PROC_470 = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01  Tue Oct 26 21:21:04 UTC 2021\n"
+RC_INFOROM = 14  # nvidia-smi(1) RETURN VALUE: infoROM is corrupted
+
+
+def test_driver_state_inforom_corrupted_is_loaded_and_names_the_board():
+    state = driver_state(RC_INFOROM, INFOROM_OUT, PROC_470, "470.82.01-0ubuntu1",
+                         [{"bus_id": "0000:0b:00.0", "pci_id": "10de:15f8"}])
+    assert state["state"] == "ready"  # the driver is loaded and the GPUs can be read
+    assert state["class"] == "INFOROM_CORRUPTED"
+    assert state["failed_bus_ids"] == ["0000:0b:00.0"]
+    assert state["reason"] == "nvidia-smi exited 14: infoROM is corrupted at 0000:0b:00.0"
+    assert "replace the board" in state["hint"] and "contact the vendor" in state["hint"]
+    assert state["kernel_version"] == "470.82.01"
+    # The exit code alone (warning not captured) still reads INFOROM_CORRUPTED.
+    bare = driver_state(RC_INFOROM, INFOROM_OUT.splitlines()[0] + "\n", PROC_470)
+    assert bare["class"] == "INFOROM_CORRUPTED" and bare["failed_bus_ids"] == []
+    assert "does not name" in bare["reason"]
+    # NVML could not start at all (nvmlErrorString of NVML_ERROR_CORRUPTED_INFOROM): not ready.
+    failed = driver_state(RC_INFOROM, "Failed to initialize NVML: Corrupted infoROM\n", PROC_470)
+    assert failed["state"] == "installed-not-loaded" and failed["class"] == "INFOROM_CORRUPTED"
+
+
+def test_driver_state_other_exit_codes_name_their_meaning():
+    state = driver_state(4, "Failed to initialize NVML: Insufficient Permissions\n")
+    assert state["class"] == "NVML_ERROR"
+    assert state["reason"] == ("nvidia-smi exited 4 (no permission): Failed to initialize NVML: "
+                               "Insufficient Permissions")

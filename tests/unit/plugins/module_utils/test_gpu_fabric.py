@@ -110,3 +110,76 @@ def test_restart_loop_messages():
             "Jan 23 10:00:05 h systemd[1]: nvidia-fabricmanager.service: Start request repeated too quickly.\n")
     fm = parse_fabricmanager(text)
     assert fm["state"] == "failed" and fm["exit_status"] == 1
+
+
+# systemd 250+ names the unit before its description on stop too (modelled on its
+# "<unit> - <description>" form; the reader already took Starting/Started/Failed to start).
+STOP_NEW = """\
+Nov 05 13:50:01 node1 systemd[1]: Stopping nvidia-fabricmanager.service - NVIDIA fabric manager service...
+Nov 05 13:50:02 node1 systemd[1]: nvidia-fabricmanager.service: Deactivated successfully.
+Nov 05 13:50:02 node1 systemd[1]: Stopped nvidia-fabricmanager.service - NVIDIA fabric manager service.
+"""
+
+# systemd 219 (RHEL/CentOS 7): lower-case "control process exited", then "Unit ... entered
+# failed state." and "<unit> failed." (the form of esnet/oscars #137, for this unit).
+RHEL7 = """\
+Nov 15 14:15:47 gpu01 systemd[1]: Starting NVIDIA fabric manager service...
+Nov 15 14:15:47 gpu01 nv-fabricmanager[4177]: request to query NVSwitch device information from NVSwitch driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]
+Nov 15 14:15:47 gpu01 systemd[1]: nvidia-fabricmanager.service: control process exited, code=exited, status=1/FAILURE
+Nov 15 14:15:47 gpu01 systemd[1]: Failed to start NVIDIA fabric manager service.
+Nov 15 14:15:47 gpu01 systemd[1]: Unit nvidia-fabricmanager.service entered failed state.
+Nov 15 14:15:47 gpu01 systemd[1]: nvidia-fabricmanager.service failed.
+"""
+
+# systemctl status with FM's version-mismatch message: the journal lines verbatim from
+# akash-network/website #632 (the newer "doesn't match" wording), the status header modelled.
+MISMATCH_STATUS = """\
+× nvidia-fabricmanager.service - NVIDIA fabric manager service
+     Loaded: loaded (/lib/systemd/system/nvidia-fabricmanager.service; enabled; preset: enabled)
+     Active: failed (Result: exit-code) since Tue 2024-11-05 13:55:26 UTC; 5s ago
+    Process: 104229 ExecStart=/usr/bin/nv-fabricmanager-start.sh (code=exited, status=1/FAILURE)
+        CPU: 12ms
+
+Nov 05 13:55:26 node1 systemd[1]: Starting nvidia-fabricmanager.service - NVIDIA fabric manager service...
+Nov 05 13:55:26 node1 nv-fabricmanager[104230]: fabric manager NVIDIA GPU driver interface version 550.127.05 doesn't match with driver version 550.120. Please update with the matching NVIDIA driver package.
+Nov 05 13:55:26 node1 systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE
+Nov 05 13:55:26 node1 systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'.
+Nov 05 13:55:26 node1 systemd[1]: Failed to start nvidia-fabricmanager.service - NVIDIA fabric manager service.
+"""
+
+
+def test_systemd_250_stop_lines_read_inactive():
+    fm = parse_fabricmanager(STOP_NEW)
+    assert fm["state"] == "inactive" and fm["errors"] == [] and fm["complete"] is True
+
+
+def test_systemd_219_lower_case_exit_line():
+    fm = parse_fabricmanager(RHEL7)
+    assert fm["state"] == "failed" and fm["exit_status"] == 1
+    assert fm["nothing_to_do"] is True and fm["pids"] == [4177]
+    assert fabricmanager_state(fm, [])["class"] == "FABRIC_MANAGER_NOT_APPLICABLE"
+
+
+def test_version_mismatch_message_gives_both_versions_and_an_error():
+    fm = parse_fabricmanager(MISMATCH_STATUS)
+    assert fm["state"] == "failed" and fm["exit_status"] == 1
+    assert (fm["version"], fm["driver_version"], fm["version_mismatch"]) == ("550.127.05", "550.120", True)
+    assert [(e["line"], e["pid"], e["token"]) for e in fm["errors"]] == [(8, 104230, None)]
+    assert "doesn't match with driver version 550.120" in fm["errors"][0]["text"]
+    switches = parse_lspci_nvswitches(LSPCI)
+    for driver in (None, "550.120"):
+        state = fabricmanager_state(fm, switches, driver)
+        assert state["class"] == "FABRIC_MANAGER_FAILED" and state["version_mismatch"] is True
+        assert "Fabric Manager 550.127.05 does not match driver 550.120" in state["reason"]
+        assert "exact version (550.120)" in state["hint"]
+
+
+@pytest.mark.parametrize("verb", ["don't", "don\u2019t"])
+def test_version_mismatch_older_wording(verb):
+    # NVIDIA/gpu-operator #544 (and NVIDIA/nvtrust #55 with a typographic apostrophe).
+    line = (f"Jun 28 10:00:00 node1 nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver "
+            f"interface version 530.30.02 {verb} match with driver version 530.41.03. Please "
+            f"update with matching NVIDIA driver package.\n")
+    fm = parse_fabricmanager(line)
+    assert (fm["version"], fm["driver_version"], fm["version_mismatch"]) == ("530.30.02", "530.41.03", True)
+    assert len(fm["errors"]) == 1

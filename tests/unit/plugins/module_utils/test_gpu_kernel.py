@@ -134,3 +134,108 @@ def test_syslog_gives_each_line_a_prefix_and_the_message_still_joins():
     assert [(e["kind"], e["bus_id"], e["pci_id"], e["time"]) for e in log["events"]] == [
         ("gpu_lost", "0000:b3:00.0", "10de:26b5", "Jun 02 13:13:04")]
     assert log["events"][0]["end_line"] == 3 and log["complete"] is True
+
+
+# The open kernel module refusing a GPU without GSP (RTX 4060 Ti, 10de:2331): verbatim dmesg
+# from NVIDIA/open-gpu-kernel-modules #587 (same text in #696, #322); the message is printed
+# by rm_is_supported_device() with the continuation lines unstamped.
+OPEN_GSP = """\
+[  160.822054] nvidia: loading out-of-tree module taints kernel.
+[  160.825258] nvidia: module verification failed: signature and/or required key missing - tainting kernel
+[  160.877989] nvidia-nvlink: Nvlink Core is being initialized, major device number 236
+[  160.877997] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2331)
+               NVRM: installed in this system is not supported by open
+               NVRM: nvidia.ko because it does not include the required GPU
+               NVRM: System Processor (GSP).
+               NVRM: Please see the 'Open Linux Kernel Modules' and 'GSP
+               NVRM: Firmware' sections in the driver README, available on
+               NVRM: the Linux graphics driver download page at
+               NVRM: www.nvidia.com.
+[  166.261422] nvidia: probe of 0000:01:00.0 failed with error -1
+[  166.261517] NVRM: The NVIDIA probe routine failed for 1 device(s).
+[  166.261520] NVRM: None of the NVIDIA devices were initialized.
+"""
+
+# R367 wording ("the <version> NVIDIA Linux driver release.  Please see 'Appendix" on one
+# line), modelled on Bumblebee-Project/Bumblebee #810.
+R367_UNSUPPORTED = """\
+[   73.757880] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:13b0)
+               NVRM: installed in this system is not supported by the 367.57
+               NVRM: NVIDIA Linux driver release.  Please see 'Appendix
+               NVRM: A - Supported NVIDIA GPU Products' in this release's
+               NVRM: README, available on the Linux driver download page
+               NVRM: at www.nvidia.com.
+[   73.757890] NVRM: The NVIDIA probe routine failed for 1 device(s).
+[   73.757891] NVRM: None of the NVIDIA devices were initialized.
+"""
+
+# dmesg -H / --reltime ("[  +0.000005]"), verbatim from NVIDIA/open-gpu-kernel-modules #393.
+RELTIME_UNSUPPORTED = """\
+[  +0.000005] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:25a0)
+              NVRM: installed in this system is not supported by the
+              NVRM: NVIDIA 520.56.06 driver release.
+              NVRM: Please see 'Appendix A - Supported NVIDIA GPU Products'
+              NVRM: in this release's README, available on the operating system
+              NVRM: specific graphics driver download page at www.nvidia.com.
+"""
+
+
+def test_open_module_refusing_a_gpu_without_gsp_is_an_unsupported_gpu_event():
+    log = parse_kernel_log(OPEN_GSP)
+    assert [e["kind"] for e in log["events"]] == ["unsupported_gpu", "probe_failed"]
+    event = log["events"][0]
+    assert (event["bus_id"], event["pci_id"], event["module"]) == ("0000:01:00.0", "10de:2331", "open")
+    assert (event["line"], event["end_line"]) == (4, 7)  # the "Please see" tail is not read
+    assert event["text"].endswith("required GPU System Processor (GSP).")
+    assert event["reason"] == "not supported by the installed (open) driver"
+    assert "proprietary kernel module" in event["fix"] and "BIOS" in event["fix"]
+    assert event["driver_version"] is None and event["action"] == "none"
+    assert log["failed_bus_ids"] == ["0000:01:00.0"]
+    assert log["incomplete"] == [] and log["complete"] is True
+
+
+def test_r367_wording_with_the_next_sentence_on_the_same_line():
+    log = parse_kernel_log(R367_UNSUPPORTED)
+    event = log["events"][0]
+    assert (event["kind"], event["bus_id"], event["pci_id"]) == ("unsupported_gpu", "0000:01:00.0", "10de:13b0")
+    assert event["driver_version"] == "367.57" and event["module"] is None
+    assert event["text"].endswith("367.57 NVIDIA Linux driver release.")
+    assert "367.57 does not support PCI id 10de:13b0" in event["fix"]
+    assert log["complete"] is True
+
+
+def test_unsupported_gpu_message_cut_or_without_its_head_stays_incomplete():
+    lines = OPEN_GSP.splitlines()
+    cut = "\n".join(lines[:6]) + "\n"  # ends after "...the required GPU"
+    log = parse_kernel_log(cut)
+    assert not [e for e in log["events"] if e["kind"] == "unsupported_gpu"]
+    assert log["incomplete"] == [4] and log["complete"] is False
+    headless = "\n".join(lines[5:7]) + "\n"
+    assert parse_kernel_log(headless)["complete"] is False
+
+
+@pytest.mark.parametrize("prefix", ["[  +0.000012] ", "[Oct19 10:12] ", "kern  :err   : [  +0.000012] "])
+def test_dmesg_reltime_prefixes_are_read(prefix):
+    log = parse_kernel_log(prefix + "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n")
+    assert [(e["kind"], e["code"], e["bus_id"]) for e in log["events"]] == [("xid", 79, "0000:3b:00.0")]
+    assert log["lost_bus_ids"] == ["0000:3b:00.0"] and log["action"] == "drain"
+    assert log["complete"] is True
+
+
+def test_dmesg_reltime_multiline_message_verbatim_393():
+    log = parse_kernel_log(RELTIME_UNSUPPORTED)
+    [event] = log["events"]
+    assert (event["kind"], event["bus_id"], event["pci_id"], event["time"]) == (
+        "unsupported_gpu", "0000:01:00.0", "10de:25a0", "+0.000005")
+    assert event["driver_version"] == "520.56.06"
+    assert log["complete"] is True
+    # Same message with a plain dmesg stamp: same event.
+    plain = parse_kernel_log(RELTIME_UNSUPPORTED.replace("[  +0.000005]", "[ 1234.000005]"))
+    assert [e["kind"] for e in plain["events"]] == ["unsupported_gpu"]
+
+
+def test_nvrm_line_behind_an_unknown_prefix_is_not_a_clean_log():
+    log = parse_kernel_log("[ 1.0] Linux version 6.8.0\n"
+                           "<4>[ 5.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n")
+    assert log["events"] == [] and log["unread"] == [2]
+    assert log["complete"] is False

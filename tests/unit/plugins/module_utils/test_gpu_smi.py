@@ -292,3 +292,97 @@ def test_smi_q_mig_devices_are_skipped():
     assert parse_smi_q(mig) == parse_smi_q(text)
     flat = "\n".join(line.strip() for line in mig.splitlines()) + "\n"
     assert parse_smi_q(flat) == parse_smi_q(text)
+
+
+# --------------------------------------------------------------------------------------------
+# NVIDIA vGPU reports (guest R535, host R525) and nvidia-smi exit code 14
+# --------------------------------------------------------------------------------------------
+
+# Guest of a V100D-8C vGPU, R535: verbatim from a public vGPU-worker guide on GitHub (trailing
+# spaces dropped). "Attached vGPUs", and the licence section repeats "Product Name".
+VGPU_GUEST = "r535_vgpu_guest.txt"
+
+# vGPU host, R525: the header and the start of the GPU block, verbatim from akb486/vgpu
+# (README.md); the excerpt ends before the GPU UUID.
+VGPU_HOST = """\
+==============NVSMI LOG==============
+
+Timestamp                                 : Thu Nov 2 21:43:18 2025
+Driver Version                            : 525.147.01
+CUDA Version                              : Not Found
+vGPU Driver Capability
+        Heterogenous Multi-vGPU           : Supported
+
+Attached GPUs                             : 1
+GPU 00000000:01:00.0
+    Product Name                          : NVIDIA GeForce RTX 4088
+    Product Brand                         : GeForce
+    Product Architecture                  : Ada Lovelace
+    Display Mode                          : Enabled
+    Display Active                        : Disabled
+    Persistence Mode                      : Enabled
+    vGPU Device Capability
+        Fractional Multi-vGPU             : Supported
+        Heterogeneous Time-Slice Profiles : Supported
+        Heterogeneous Time-Slice Sizes    : Not Supported
+    MIG Mode
+        Current                           : N/A
+        Pending                           : N/A
+"""
+
+
+def test_smi_q_vgpu_guest_r535_reads_the_gpu_not_the_licence():
+    q = parse_smi_q(smi_q(VGPU_GUEST))
+    assert (q["driver_version"], q["cuda_version"], q["attached_gpus"]) == ("535.216.01", "12.2", 1)
+    [gpu] = q["gpus"]
+    assert gpu["bus_id"] == "0000:02:00.0"
+    assert gpu["uuid"] == "GPU-57abc772-1dd3-11b2-8fae-e31710b8f307"
+    # The GPU's Product Name, not the licence's ("NVIDIA Virtual Compute Server").
+    assert gpu["product_name"] == "GRID V100D-8C"
+    assert gpu["ecc_errors"]["volatile"]["uncorrectable"] == 0
+    assert gpu["retired_pages"] == {"single_bit": 0, "double_bit": 0, "pending": False}
+    assert gpu["complete"] is True and q["complete"] is True
+    # Indentation lost: the licence section still keeps its Product Name.
+    flat = "\n".join(line.strip() for line in smi_q(VGPU_GUEST).splitlines()) + "\n"
+    assert parse_smi_q(flat) == q
+
+
+def test_smi_q_vgpu_licence_product_name_twice_is_still_a_shuffle():
+    text = smi_q(VGPU_GUEST).replace(
+        "        License Status                    : Licensed (Expiry: 2025-3-19 7:29:4 GMT)\n",
+        "        Product Name                      : NVIDIA Virtual Compute Server\n", 1)
+    with pytest.raises(ParseError, match="'Product Name' twice in vGPU Software Licensed Product"):
+        parse_smi_q(text)
+
+
+def test_smi_q_vgpu_host_r525_header_section():
+    q = parse_smi_q(VGPU_HOST)
+    assert (q["driver_version"], q["cuda_version"], q["attached_gpus"]) == ("525.147.01", "Not Found", 1)
+    [gpu] = q["gpus"]
+    assert gpu["bus_id"] == "0000:01:00.0"
+    assert gpu["product_name"] == "NVIDIA GeForce RTX 4088"
+    assert gpu["persistence_mode"] is True
+    # The excerpt stops early: the reading says so instead of inventing the rest.
+    assert gpu["complete"] is False and "GPU UUID" in gpu["missing"]
+    # A header section is known by name; an unknown one is still an error naming the line.
+    with pytest.raises(ParseError, match="line 6: expected 'Key : Value' or 'GPU <bus id>'"):
+        parse_smi_q(VGPU_HOST.replace("vGPU Driver Capability", "vGPU Something Else"))
+
+
+# nvidia-smi exit code 14 (NVML_ERROR_CORRUPTED_INFOROM): the reading, then the warning. The
+# warning line is the one NVIDIA's GPU Operator troubleshooting page shows (Tesla P100,
+# 0000:0B:00.0); here it went to stdout with the CSV.
+INFOROM_CSV = (
+    "0, Tesla P100-PCIE-16GB, 00000000:0B:00.0, GPU-1f3c5d2e-8a9b-4c7d-9e0f-123456789abc, 16280, Enabled, 470.82.01\n"
+    "WARNING: infoROM is corrupted at gpu 0000:0B:00.0\n"
+)
+
+
+def test_query_gpu_csv_skips_the_inforom_warning():
+    gpus = gpus_from_query(parse_query_gpu_csv(INFOROM_CSV, GPU_QUERY_FIELDS))
+    assert [(g["bus_id"], g["name"], g["memory_total_mib"]) for g in gpus] == [
+        ("0000:0b:00.0", "Tesla P100-PCIE-16GB", 16280)]
+    # Any other line of one cell is still a shifted / cut row.
+    with pytest.raises(ParseError, match="line 2: expected 7 comma-separated values"):
+        parse_query_gpu_csv(INFOROM_CSV.replace("infoROM is corrupted", "something else"),
+                            GPU_QUERY_FIELDS)

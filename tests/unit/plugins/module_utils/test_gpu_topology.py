@@ -1,4 +1,5 @@
 """Tests for module_utils/gpu_topology.py on the nvidia-smi-topo fixtures (C02, C04)."""
+# ruff: noqa: E501 - captured matrix lines are kept whole
 
 from __future__ import annotations
 
@@ -243,3 +244,63 @@ def test_topo_input_must_be_text():
 def test_fixture_inputs_are_untouched():
     # The .txt inputs are kept exactly as captured: the parsers meet tabs and trailing spaces.
     assert "\t\tN/A" in fixture_text(C04_M)
+
+
+# GB200 NVL72 compute tray: 4 GPUs, every pair NV18 through the NVLink switch trays. GPU rows
+# from sgl-project/sglang #11208; the GPU3 row, the NIC rows and the NIC legend are modelled
+# (the excerpt was cut).
+GB200_TRAY = """\
+        GPU0    GPU1    GPU2    GPU3    NIC0    NIC1    NIC2    NIC3    NIC4    NIC5    CPU Affinity    NUMA Affinity   GPU NUMA ID
+GPU0\t X \tNV18\tNV18\tNV18\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\t0-71\t0,3-9,11-17\t\t2
+GPU1\tNV18\t X \tNV18\tNV18\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\t0-71\t0,3-9,11-17\t\t10
+GPU2\tNV18\tNV18\t X \tNV18\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\t72-143\t1,19-25,27-33\t\t18
+GPU3\tNV18\tNV18\tNV18\t X \tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\t72-143\t1,19-25,27-33\t\t26
+NIC0\tSYS\tSYS\tSYS\tSYS\tX\tPIX\tNODE\tSYS\tSYS\tSYS
+NIC1\tSYS\tSYS\tSYS\tSYS\tPIX\tX\tNODE\tSYS\tSYS\tSYS
+NIC2\tSYS\tSYS\tSYS\tSYS\tNODE\tNODE\tX\tPIX\tSYS\tSYS
+NIC3\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tPIX\tX\tNODE\tNODE
+NIC4\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tNODE\tX\tPIX
+NIC5\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tNODE\tPIX\tX
+
+Legend:
+
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+
+NIC Legend:
+
+  NIC0: mlx5_0
+  NIC1: mlx5_1
+  NIC2: mlx5_2
+  NIC3: mlx5_3
+  NIC4: mlx5_4
+  NIC5: mlx5_5
+"""
+
+
+def test_gb200_tray_four_gpus_nv18_is_nvswitch():
+    topo = parse_topo_matrix(GB200_TRAY)
+    assert topo["gpu_count"] == 4 and topo["nvlink"] is True
+    # 3 peers x 18 links = 54, a GPU has 18: only a switch gives each peer all 18.
+    assert topo["nvswitch"] is True
+    assert [g["gpu_numa_id"] for g in topo["gpus"]] == [2, 10, 18, 26]
+
+
+def _all_pairs(n, link):
+    names = [f"GPU{i}" for i in range(n)]
+    rows = ["\t" + "\t".join(names)]
+    rows += [f"GPU{i}\t" + "\t".join(" X " if i == j else link for j in range(n)) for i in range(n)]
+    return "\n".join(rows) + "\n\nLegend:\n"
+
+
+@pytest.mark.parametrize(("n", "link", "nvswitch"), [
+    pytest.param(2, "NV18", False, id="2-gpus-18-links-fit-one-gpu"),
+    pytest.param(3, "NV18", True, id="3-gpu-subset-of-hgx-h100"),
+    pytest.param(4, "NV4", False, id="hgx-a100-4gpu-direct"),
+    pytest.param(4, "NV12", True, id="4-gpu-subset-of-hgx-a100"),
+    pytest.param(4, "NV6", False, id="4x6-links-fit-18"),
+    pytest.param(8, "NV2", True, id="more-than-four-all-to-all"),
+    pytest.param(8, "SYS", False, id="no-nvlink"),
+])
+def test_nvswitch_rule_for_any_gpu_count(n, link, nvswitch):
+    assert parse_topo_matrix(_all_pairs(n, link))["nvswitch"] is nvswitch
