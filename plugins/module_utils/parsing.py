@@ -17,11 +17,16 @@ class ParseError(ValueError):
 
 
 #: What a launcher puts before each line of a rank's output: Open MPI's ``--tag-output``
-#: ``[<jobid>,<rank>]<stdout>:`` (``<stderr>``; Open MPI 5 / PRRTE adds a space after the colon)
-#: and horovodrun's (Gloo) ``[<rank>]<stdout>:``. Labels without brackets (pdsh's ``host: ``,
-#: ``srun --label``'s ``0: ``) are not stripped here: they look like any ``word:`` a tool prints,
-#: so a reader finds its own line grammar after them instead.
-LAUNCHER_PREFIX = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>: ?")
+#: ``[<jobid>,<rank>]<stdout>:`` (``<stderr>``; v1 .. v4), with ``--timestamp-output``'s ctime
+#: before it (``Thu May  7 10:39:20 2020[1,1]<stdout>:``); Open MPI 5 / PRRTE's ``--output tag``
+#: ``[<jobid or nspace>,<rank>]<stdout>: `` (``[prterun-node1-100629@1,0]``), ``tag-detailed``'s
+#: ``[<jobid>,<rank>][<host>:<pid>]<stdout>: `` and ``rank``'s ``[<rank>]<stdout>``
+#: (openpmix/prrte #1406); horovodrun's (Gloo) ``[<rank>]<stdout>:``. Labels without brackets
+#: (pdsh's ``host: ``, ``srun --label``'s ``0: ``) are not stripped here: they look like any
+#: ``word:`` a tool prints, so a reader finds its own line grammar after them instead.
+LAUNCHER_PREFIX = re.compile(
+    r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?"
+    r"\[(?:[^\]\[,\s]+,)?\d+\](?:\[[^\]\[\s]+:\d+\])?<std(?:out|err|diag)>:? ?")
 
 
 def strip_launcher_prefix(line):

@@ -68,6 +68,11 @@ def test_launcher_prefixes_are_stripped_once():
     assert strip_launcher_prefix("[1,0]<stderr>: text") == "text"  # Open MPI 5 adds a space
     assert strip_launcher_prefix("[3]<stdout>:Img/sec per GPU: 1.0") == "Img/sec per GPU: 1.0"
     assert strip_launcher_prefix("Model: ResNet50") == "Model: ResNet50"  # a label is not stripped
+    # Open MPI 4 --timestamp-output; PRRTE (Open MPI 5) tag, tag-fullname, tag-detailed, rank
+    assert strip_launcher_prefix("Thu May  7 10:39:20 2020[1,1]<stdout>:Hello") == "Hello"
+    assert strip_launcher_prefix("[prterun-f5n18-100629@1,0]<stdout>: f5n18") == "f5n18"
+    assert strip_launcher_prefix("[1,3][f5n17:4242]<stderr>: x") == "x"
+    assert strip_launcher_prefix("[2]<stdout>x") == "x"
 
 
 def test_a_tagged_mpirun_log_reads_as_the_plain_one():
