@@ -6,8 +6,9 @@ Pure functions over the text the tools print (tested on the captured outputs in
 - Horovod's synthetic benchmarks (``pytorch_synthetic_benchmark.py``,
   ``tensorflow2_synthetic_benchmark.py``): ``Iter #i: X img/sec per GPU``,
   ``Img/sec per GPU: X +-Y`` and ``Total img/sec on N GPU(s): X +-Y`` (the ``+-`` is the
-  script's 1.96 x standard deviation), with or without the launcher's ``[1,0]<stdout>:`` /
-  ``[0]<stdout>:`` prefixes, whole or as a fragment;
+  script's 1.96 x standard deviation), with or without a launcher's per-rank prefix
+  (``[1,0]<stdout>:``, ``[0]<stdout>:``, Open MPI 5's forms: ``parsing.strip_launcher_prefix``),
+  whole or as a fragment;
 - tf_cnn_benchmarks: ``total images/sec: X``;
 - nccl-tests (``all_reduce_perf`` and friends): the results table in the current layout
   (``root`` and ``#wrong`` columns) and the old one (no ``root``; an ``error`` column holding
@@ -51,8 +52,8 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# Launcher prefixes: Open MPI --tag-output "[1,0]<stdout>:", horovodrun/Gloo "[0]<stdout>:".
-_PREFIX = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>:")
+from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import strip_launcher_prefix
+
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 
 
@@ -63,7 +64,7 @@ class BenchmarkParseError(ValueError):
 def _lines(text: str) -> list[str]:
     if not isinstance(text, str):
         raise BenchmarkParseError(f"benchmark output must be text, not {type(text).__name__}")
-    return [_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
+    return [strip_launcher_prefix(line).rstrip() for line in text.splitlines()]
 
 
 # --------------------------------------------------------------------------------------------
