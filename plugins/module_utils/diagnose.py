@@ -433,18 +433,34 @@ def _rule_host_key(text, ctx):
     ev = _lines(text, r"Host key verification failed")
     if not ev:
         return None
+    # OpenSSH sshconnect.c: "No %s host key is known for %.200s and you have requested strict
+    # checking."; a changed key: "%s host key for %.200s has changed ..." (the key type first, up to
+    # OpenSSH 8.4) or "Host key for %.200s has changed ..." (8.5 on), after "Offending %s key in %s:%lu".
     m = (
         re.search(r"host key is known for (\S+?)(?: and|\.|\s|$)", text)
-        or re.search(r"Host key for (\S+?) has changed", text)
+        or re.search(r"[Hh]ost key for (\S+?) has changed", text)
         or re.search(r"ssh: connect to host (\S+)", text)
     )
     host = m.group(1) if m else "<host> (the output does not name the worker)"
     changed = bool(re.search(r"has changed|REMOTE HOST IDENTIFICATION HAS CHANGED", text))
-    what = "holds a different key for" if changed else "has no key for"
+    if changed:
+        stale = re.search(r"Offending (?:\w+ )?key in (\S+?:\d+)", text)
+        at = f" ({stale.group(1)})" if stale else ""
+        return Diagnosis(
+            kind="mpi_ssh_host_key",
+            message=f"known_hosts holds a stale key for {host}{at}: the worker presented a different host key "
+            "(a re-created container generates new host keys unless they are distributed), so ssh refused it "
+            "and ORTE could not start its daemons",
+            fix=f"confirm the worker's new key is expected, then remove the stale entry (ssh-keygen -R {host} "
+            "in the launcher container) and add the current one (ssh-keyscan -p <port> <host> >> "
+            "~/.ssh/known_hosts), or distribute fixed host keys to the containers; keep "
+            "StrictHostKeyChecking=yes - never StrictHostKeyChecking=no",
+            evidence=ev,
+        )
     return Diagnosis(
         kind="mpi_ssh_host_key",
-        message=f"known_hosts missing for {host}: ssh refused the worker because known_hosts {what} it, so "
-        "ORTE could not start its daemons",
+        message=f"known_hosts missing for {host}: ssh refused the worker because known_hosts has no key for it, "
+        "so ORTE could not start its daemons",
         fix="before mpirun, write the worker's host key to known_hosts (ssh-keyscan -p <port> <host> "
         ">> ~/.ssh/known_hosts in the launcher container, or distribute the containers' host keys); "
         "keep StrictHostKeyChecking=yes - never StrictHostKeyChecking=no",
@@ -455,7 +471,8 @@ def _rule_host_key(text, ctx):
 def _rule_memlock(text, ctx):
     ev = _lines(
         text,
-        r"max locked memory \(ulimit -l\)|RLIMIT_MEMLOCK|ibv_create_cq\(\) failed: Cannot allocate memory"
+        # UCX >= 1.13 "ibv_create_cq() failed: ..."; 1.12 "ibv_create_cq(cqe=4096) failed: ..." (openucx/ucx #8229)
+        r"max locked memory \(ulimit -l\)|RLIMIT_MEMLOCK|ibv_create_cq\([^)]*\) failed: Cannot allocate memory"
         r"|ibv_reg_mr.*Cannot allocate memory",
     )
     if not ev:
@@ -477,19 +494,48 @@ def _rule_memlock(text, ctx):
     )
 
 
-def _rule_mpi_tcp(text, ctx):
-    m = re.search(
-        r"^\[([^\]]+)\]\[\[(\d+),(\d+)\],(\d+)\]\[btl_tcp_endpoint\.c:\d+:\w+\] connect\(\) to (\S+) "
-        r"failed: (.+?)(?: \((\d+)\))?\s*$",
+def _tcp_connect_failures(text):
+    """(where, address, error, evidence line) of each failed TCP BTL connect() in ``text``.
+
+    Two grammars (opal/mca/btl/tcp/btl_tcp_endpoint.c): the BTL_ERROR line of Open MPI up to 4.0.2,
+    ``[host][[job,step],rank][btl_tcp_endpoint.c:N:func] connect() to A failed: E (n)``, whose
+    file is ``__FILE__`` as compiled (a VPATH build prints
+    ``../../../../../opal/mca/btl/tcp/btl_tcp_endpoint.c``); and from 4.0.3 (open-mpi/ompi #7131)
+    the ``client connect fail`` help of help-mpi-btl-tcp.txt: ``WARNING: Open MPI failed to TCP
+    connect to a peer MPI process ...`` with ``Local host:``, ``PID:``, ``Message: connect() to
+    A:port failed`` and ``Error: E (n)`` lines.
+    """
+    out = []
+    for m in re.finditer(
+        r"^\[([^\]]+)\]\[\[(\d+),(\d+)\],(\d+)\]\[(?:[^\]\s]*/)?btl_tcp_endpoint\.c:\d+:\w+\] "
+        r"connect\(\) to (\S+) failed: (.+?)(?: \((\d+)\))?\s*$",
         text,
         re.M,
-    )
-    if m:
+    ):
         host, job, step, rank, addr, err = m.group(1, 2, 3, 4, 5, 6)
-        name, what = _which_interface(addr, ctx.get("interfaces"))
-        ev = (m.group(0).strip(),)
-        where = f"{host} (job [{job},{step}] rank {rank})"
-        if name is not None and (what or name.startswith(_VIRTUAL_IFACE_PREFIXES) or name == "lo"):
+        out.append((f"{host} (job [{job},{step}] rank {rank})", addr, err, m.group(0).strip()))
+    for chunk in re.split(r"Open MPI failed to TCP connect to a peer MPI process", text)[1:]:
+        msg = re.search(r"^Message: connect\(\) to (\S+) failed", chunk, re.M)
+        if not msg:
+            continue
+        host = re.search(r"^Local host: (\S+)", chunk, re.M)
+        pid = re.search(r"^PID: (\d+)", chunk, re.M)
+        err = re.search(r"^Error: (.+?)(?: \((\d+)\))?\s*$", chunk, re.M)
+        addr = re.sub(r":\d+$", "", msg.group(1)).strip("[]")  # "%s:%d": address, then the port
+        where = (host.group(1) if host else "a rank") + (f" (pid {pid.group(1)})" if pid else "")
+        out.append((where, addr, err.group(1) if err else "error not shown", msg.group(0).strip()))
+    return out
+
+
+def _rule_mpi_tcp(text, ctx):
+    failures = _tcp_connect_failures(text)
+    if failures:
+        named = [(f, _which_interface(f[1], ctx.get("interfaces"))) for f in failures]
+        shared = [(f, (n, w)) for f, (n, w) in named
+                  if n is not None and (w or n.startswith(_VIRTUAL_IFACE_PREFIXES) or n == "lo")]
+        (where, addr, err, _line), (name, what) = (shared or named)[0]
+        ev = tuple(dict.fromkeys(f[3] for f in failures))
+        if shared:
             return Diagnosis(
                 kind="mpi_tcp_wrong_interface",
                 message="Open MPI's TCP BTL on {} tried {} ({}{}), an address every host has: the MPI "
@@ -501,10 +547,11 @@ def _rule_mpi_tcp(text, ctx):
                 "NCCL_SOCKET_IFNAME==<data nic> (at least ^docker,lo)",
                 evidence=ev,
             )
+        more = f"; {len(failures) - 1} more failed connect(s) in the output" if len(failures) > 1 else ""
         return Diagnosis(
             kind="mpi_tcp_connect_failed",
-            message="Open MPI's TCP BTL on {} could not connect to {}{} ({})".format(
-                where, addr, f" ({name})" if name else "", err
+            message="Open MPI's TCP BTL on {} could not connect to {}{} ({}){}".format(
+                where, addr, f" ({name})" if name else "", err, more
             ),
             fix=f"check that {addr} is the peer's data NIC address and reachable (firewall, routes); pin "
             "-mca btl_tcp_if_include/oob_tcp_if_include to the data NIC",
@@ -651,7 +698,8 @@ _RULES = (
 def classify_all(text: str, interfaces=None) -> list:
     """Every known failure the output shows, most specific first (see classify())."""
     ctx = {"interfaces": interfaces}
-    text = "\n".join(re.sub(r"[ \t]+", " ", ln.strip()) for ln in str(text).splitlines())
+    # Open MPI's --tag-output "[1,0]<stderr>:" (and the other launcher prefixes) hide a rank's own line.
+    text = "\n".join(re.sub(r"[ \t]+", " ", strip_launcher_prefix(ln.strip())) for ln in str(text).splitlines())
     out = []
     for rule in _RULES:
         d = rule(str(text), ctx)
@@ -714,7 +762,8 @@ _SIGNATURES = (
                      r"^conditions:$|-(?:launcher|worker-\d+)\s+\d+/\d+\s"),
     ("mpi", r"ssh: Could not resolve hostname|ORTE was unable to reliably start|ORTE does not know how to route|"
             r"orted: (?:No such file|command not found)|Host key verification failed|btl_tcp_endpoint|"
-            r"received unexpected process identifier|ibv_create_cq\(\) failed|ssh: connect to host|"
+            r"received unexpected process identifier|ibv_create_cq\([^)]*\) failed|ssh: connect to host|"
+            r"Open MPI failed to TCP connect to a peer|"
             r"Permission denied \(publickey"),
     ("hugepages-k8s", r"^hugepages-\d+\w+:\s|^(?:Capacity|Allocatable):$"),
     ("meminfo", r"^(?:MemTotal|MemFree|HugePages_Total|HugePages_Free|HugePages_Rsvd|Hugepagesize|Hugetlb):\s"),

@@ -8,6 +8,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.diagnose import
     check_memlock,
     classify,
     classify_all,
+    diagnose_text,
     find_insecure_ssh_options,
     nccl_transport_summary,
     parse_ulimit_a,
@@ -260,3 +261,97 @@ def test_unknown_output_is_none_and_all_lists_several():
 def test_diagnosis_as_dict():
     d = classify(fixture_text(C35))
     assert d.as_dict() == {"kind": d.kind, "message": d.message, "fix": d.fix, "evidence": list(d.evidence)}
+
+
+# ---- public outputs the classifier misread (probe2b) -----------------------------------------------
+
+
+def test_host_key_changed_with_key_type_names_host_and_stale_line():
+    # kftsehk/phy-clusters #29 (MPI launch fail due to host key change): OpenSSH up to 8.4 prints the
+    # key type first ("RSA host key for cu25 has changed"), which the "Host key for" pattern missed.
+    text = (
+        "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+        "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+        "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+        "IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!\n"
+        "Add correct host key in /home/USER/.ssh/known_hosts to get rid of this message.\n"
+        "Offending key in /home/USER/.ssh/known_hosts:27\n"
+        "RSA host key for cu25 has changed and you have requested strict checking.\n"
+        "Host key verification failed.\n"
+    )
+    d = classify(text)
+    assert d.kind == "mpi_ssh_host_key"
+    assert d.message.startswith("known_hosts holds a stale key for cu25 (/home/USER/.ssh/known_hosts:27)")
+    assert "missing" not in d.message
+    assert "ssh-keygen -R cu25" in d.fix and "never StrictHostKeyChecking=no" in d.fix
+    # OpenSSH >= 8.5: "Offending ECDSA key in ..." and "Host key for <host> has changed".
+    newer = text.replace("Offending key", "Offending ECDSA key").replace("RSA host key for", "Host key for")
+    assert classify(newer).message.startswith("known_hosts holds a stale key for cu25 (/home/USER/.ssh/known_hosts:27)")
+
+
+def test_ucx_1_12_create_cq_enomem_is_memlock():
+    # openucx/ucx #8229 (title and report): UCX 1.12 prints "ibv_create_cq(cqe=4096) failed: Cannot
+    # allocate memory" without the ulimit hint of later UCX; the "ibv_create_cq()" pattern missed it.
+    line = ("[1652735127.584329] [node01:12345:0]        ib_iface.c:744  UCX  ERROR "
+            "ibv_create_cq(cqe=4096) failed: Cannot allocate memory\n")
+    assert classify(line).kind == "rdma_memlock"
+    assert [(f.kind, f.cls) for f in diagnose_text(line)] == [("mpi", "rdma_memlock")]
+
+
+def test_btl_tcp_line_of_a_vpath_build():
+    # Open MPI users list (sputnik5, Open MPI built out of tree): __FILE__ is the relative source path,
+    # "[../../../../../opal/mca/btl/tcp/btl_tcp_endpoint.c:675:...]"; it was read as unreadable.
+    line = ("[sputnik5][[41877,1],29][../../../../../opal/mca/btl/tcp/btl_tcp_endpoint.c:675:"
+            "mca_btl_tcp_endpoint_complete_connect] connect() to 192.168.1.42 failed: Connection refused (111)\n")
+    d = classify(line)
+    assert d.kind == "mpi_tcp_connect_failed"
+    assert "sputnik5 (job [41877,1] rank 29)" in d.message and "192.168.1.42" in d.message
+    assert "Connection refused" in d.message
+
+
+def test_btl_tcp_line_behind_tag_output():
+    # mpirun --tag-output puts "[1,0]<stderr>:" before a rank's line (openucx/ucx #3513 shows the prefix
+    # on UCX errors); the btl_tcp_endpoint line of open-mpi/ompi #2168 behind it was not read.
+    line = ("[1,0]<stderr>:[ivy08][[463,1],0][btl_tcp_endpoint.c:803:mca_btl_tcp_endpoint_complete_connect] "
+            "connect() to 172.17.0.1 failed: No route to host (113)\n")
+    d = classify(line)
+    assert d.kind == "mpi_tcp_wrong_interface"
+    assert "ivy08 (job [463,1] rank 0)" in d.message and "172.17.0.1 (docker0" in d.message
+
+
+def test_btl_tcp_client_connect_fail_help():
+    # omni-compiler/omni-compiler #626 (Open MPI 4.0.5): since 4.0.3 (open-mpi/ompi #7131) the TCP BTL
+    # reports a failed connect() with the "client connect fail" help of help-mpi-btl-tcp.txt, not the
+    # BTL_ERROR line; nothing read it.
+    text = (
+        "--------------------------------------------------------------------------\n"
+        "WARNING: Open MPI failed to TCP connect to a peer MPI process.  This\n"
+        "should not happen.\n\n"
+        "Your Open MPI job may now hang or fail.\n\n"
+        "  Local host: centos-1cpu-1gb-es-mad1\n"
+        "  PID:        272589\n"
+        "  Message:    connect() to 10.7.0.188:1024 failed\n"
+        "  Error:      Operation now in progress (115)\n"
+        "--------------------------------------------------------------------------\n"
+        "--------------------------------------------------------------------------\n"
+        "WARNING: Open MPI failed to TCP connect to a peer MPI process.  This\n"
+        "should not happen.\n\n"
+        "Your Open MPI job may now hang or fail.\n\n"
+        "  Local host: centos-1cpu-1gb-es-mad2\n"
+        "  PID:        292546\n"
+        "  Message:    connect() to 10.7.0.187:1024 failed\n"
+        "  Error:      Operation now in progress (115)\n"
+        "--------------------------------------------------------------------------\n"
+    )
+    d = classify(text)
+    assert d.kind == "mpi_tcp_connect_failed"
+    assert d.message == ("Open MPI's TCP BTL on centos-1cpu-1gb-es-mad1 (pid 272589) could not connect to "
+                         "10.7.0.188 (Operation now in progress); 1 more failed connect(s) in the output")
+    assert d.evidence == ("Message: connect() to 10.7.0.188:1024 failed",
+                          "Message: connect() to 10.7.0.187:1024 failed")
+    assert [(f.kind, f.cls) for f in diagnose_text(text)] == [("mpi", "mpi_tcp_connect_failed")]
+    # The same help naming docker0's address (the input above, one address changed) is the wrong interface.
+    docker = text.replace("10.7.0.187:1024", "172.17.0.1:1024")
+    wrong = classify(docker)
+    assert wrong.kind == "mpi_tcp_wrong_interface"
+    assert "centos-1cpu-1gb-es-mad2 (pid 292546) tried 172.17.0.1 (docker0" in wrong.message
