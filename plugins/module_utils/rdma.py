@@ -94,6 +94,10 @@ _NUM_STATE_RE = re.compile(r"^(\d+):\s*(\S.*)$")
 # Logical port states (IBTA spec, ``enum ibv_port_state`` in rdma-core verbs.h).
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 LINK_LAYERS = ("InfiniBand", "Ethernet", "Unknown")
+# ibv_devinfo of rdma-core >= v33 (commit b87d8c973, "Fix reporting link_layer for efa devices")
+# prints IBV_LINK_LAYER_UNSPECIFIED as "Unspecified" (AWS EFA); before it printed "InfiniBand".
+# The kernel's sysfs (and so ibstatus) says "Unknown" for the same port.
+DEVINFO_LINK_LAYERS = LINK_LAYERS + ("Unspecified",)
 
 
 def _num_state(text, what, names=None):
@@ -111,9 +115,9 @@ def _num_state(text, what, names=None):
     return name, number
 
 
-def _link_layer(value, what):
-    if value not in LINK_LAYERS:
-        raise ParseError(f"{what}: link layer should be one of {', '.join(LINK_LAYERS)}, "
+def _link_layer(value, what, allowed=LINK_LAYERS):
+    if value not in allowed:
+        raise ParseError(f"{what}: link layer should be one of {', '.join(allowed)}, "
                          f"got {value!r}")
     return value
 
@@ -317,6 +321,9 @@ def check_gid_index(index, gids, ipv4=None, where="NCCL_IB_GID_INDEX"):
 # ibdev2netdev
 # --------------------------------------------------------------------------------------------
 
+# The MLNX_OFED script's "old style" branch (no /sys/class/net/*/dev_id): ``print_line`` echoes
+# ``<hca> port <n> <===> <netdev>`` with no state (Mellanox/docker-sriov-plugin, ibdev2netdev).
+_IBDEV2NETDEV_OLD_RE = re.compile(r"^(?P<hca>[A-Za-z][\w.-]*)\s+port\s+(?P<port>\d+)\s+<===>\s+(?P<netdev>\S+)$")
 _IBDEV2NETDEV_RE = re.compile(
     r"^(?:(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+)?"
     r"(?P<hca>[A-Za-z][\w.-]*)\s+(?:.*?\s)?port\s+(?P<port>\d+)"
@@ -339,6 +346,9 @@ def parse_ibdev2netdev(text):
     ``ibp<bus>s<slot>`` (kernel and systemd naming), everything else is the Ethernet netdev of
     a RoCE port. Use the port's ``link_layer`` (ibv_devinfo, sysfs) where it is known.
 
+    The script's "old style" branch (kernels without ``/sys/class/net/*/dev_id``) prints
+    ``<hca> port <n> <===> <netdev>`` without a state: ``netdev_state`` is then None.
+
     ``-v`` pads the port state to six characters (the script's ``printf "%-6s"``: ``(DOWN  )``,
     ``(INIT  )``). Spacing from ``column -t`` and trailing ``# ...`` annotations are tolerated (fixture C05);
     any other line raises ParseError. Empty output gives ``[]``.
@@ -348,7 +358,7 @@ def parse_ibdev2netdev(text):
         content = re.sub(r"\s+#.*$", "", line).strip()
         if not content:
             continue
-        m = _IBDEV2NETDEV_RE.match(content)
+        m = _IBDEV2NETDEV_RE.match(content) or _IBDEV2NETDEV_OLD_RE.match(content)
         if not m:
             raise ParseError(f"ibdev2netdev line {lineno}: expected '<hca> port <n> ==> <netdev> "
                              f"(Up|Down)', got {shorten(line)!r}")
@@ -357,10 +367,10 @@ def parse_ibdev2netdev(text):
             "hca": m.group("hca"),
             "port": int(m.group("port")),
             "netdev": netdev,
-            "netdev_state": m.group("state"),
+            "netdev_state": m.groupdict().get("state"),
             "netdev_type": "ipoib" if re.match(r"^ib(?:\d|p\d)", netdev) else "ethernet",
-            "bus_id": m.group("bus").lower() if m.group("bus") else None,
-            "port_state": m.group("port_state"),
+            "bus_id": m.group("bus").lower() if m.groupdict().get("bus") else None,
+            "port_state": m.groupdict().get("port_state"),
         })
     records.sort(key=lambda r: (natural_key(r["hca"]), r["port"]))
     return records
@@ -527,7 +537,7 @@ def _set_port_key(port, key, value, lineno):
     elif key in ("max_mtu", "active_mtu", "sm_lid", "port_lid"):
         port[key] = _int_or_error(value, key, lineno)
     elif key == "link_layer":
-        port["link_layer"] = _link_layer(value, f"ibv_devinfo line {lineno}")
+        port["link_layer"] = _link_layer(value, f"ibv_devinfo line {lineno}", DEVINFO_LINK_LAYERS)
         port["fabric"] = fabric(value)
     elif key in ("phys_state", "active_width", "active_speed", "port_lmc"):
         port[key] = _strip_code(value)
@@ -581,7 +591,8 @@ def parse_ibv_devinfo(text):
     Raises ParseError when: text comes before the first ``hca_id:``; a device has fewer
     ``port:`` sections than its ``phys_port_cnt``; a port lacks ``state`` or ``link_layer``
     (the last line of a port in plain ibv_devinfo; so a cut output is caught); a state, MTU,
-    LID or GID is malformed.
+    LID or GID is malformed. ``link_layer`` may also read ``Unspecified`` (rdma-core >= v33 on
+    AWS EFA; ``fabric`` None).
     """
     lines = split_lines(text, "ibv_devinfo")
     if any(line.strip() == "No IB devices found" for line in lines):
@@ -645,13 +656,16 @@ def rdma_problems(devices):
 
     - a port not ``ACTIVE`` (fixture C07: ``INIT`` means the link trained but the subnet
       manager has not activated the port; NCCL cannot use it);
-    - a node GUID of all zeros (a virtual function without an assigned GUID, fixture C07).
+    - a node GUID of all zeros (a virtual function without an assigned GUID, fixture C07); not
+      for a device whose ports all have an ``Unspecified`` link layer (AWS EFA: rdma-core
+      b87d8c973 shows ``efa_0`` with node_guid ``0000:0000:0000:0000`` by design).
 
     No root cause is claimed; the sentence names the device, the port and what was read.
     """
     problems = []
     for dev in devices:
-        if dev.get("node_guid_zero"):
+        efa_like = bool(dev["ports"]) and all(p["link_layer"] == "Unspecified" for p in dev["ports"])
+        if dev.get("node_guid_zero") and not efa_like:
             problems.append(f"{dev['hca']}: node_guid is {dev['node_guid']} (all zero: a virtual "
                             f"function without an assigned GUID)")
         for port in dev["ports"]:

@@ -646,3 +646,62 @@ def test_rdma_link_wrapped_paste_joins_the_continuation():
 def test_rdma_link_refuses_cut_output(text, message):
     with pytest.raises(ParseError, match=message):
         parse_rdma_link(text)
+
+
+# --------------------------------------------------------------------------------------------
+# Probe 2a: forms read from the tools' own sources
+# --------------------------------------------------------------------------------------------
+
+# rdma-core commit b87d8c973 ("libibverbs: Fix reporting link_layer for efa devices", v33.0):
+# ibv_devinfo on AWS EFA prints link_layer "Unspecified" and an all-zero node GUID.
+EFA_DEVINFO = (
+    "hca_id:\tefa_0\n"
+    "\ttransport:\t\t\tunspecified (4)\n"
+    "\tfw_ver:\t\t\t\t0.0.0.0\n"
+    "\tnode_guid:\t\t\t0000:0000:0000:0000\n"
+    "\tsys_image_guid:\t\t\t0000:0000:0000:0000\n"
+    "\tvendor_id:\t\t\t0x1d0f\n"
+    "\tvendor_part_id:\t\t\t61344\n"
+    "\thw_ver:\t\t\t\t0xEFA0\n"
+    "\tphys_port_cnt:\t\t\t1\n"
+    "\t\tport:\t1\n"
+    "\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"
+    "\t\t\tmax_mtu:\t\t4096 (5)\n"
+    "\t\t\tactive_mtu:\t\t4096 (5)\n"
+    "\t\t\tsm_lid:\t\t\t0\n"
+    "\t\t\tport_lid:\t\t0\n"
+    "\t\t\tport_lmc:\t\t0x01\n"
+    "\t\t\tlink_layer:\t\tUnspecified\n"
+    "\n"
+)
+
+
+def test_ibv_devinfo_efa_unspecified_link_layer():
+    [dev] = parse_ibv_devinfo(EFA_DEVINFO)
+    assert dev["hca"] == "efa_0" and dev["transport"] == "unspecified"
+    [port] = dev["ports"]
+    assert port["link_layer"] == "Unspecified" and port["fabric"] is None and port["active"]
+    # EFA has no node GUID by design: not the "VF without an assigned GUID" finding of C07.
+    assert rdma_problems([dev]) == []
+    facts = rdma_inventory(devices=[dev])
+    assert facts["active_hcas"] == ["efa_0"]
+    assert facts["infiniband_hcas"] == [] and facts["roce_hcas"] == []
+    assert facts["problems"] == []
+
+
+def test_ibv_devinfo_unspecified_is_not_accepted_from_sysfs():
+    # The kernel says "Unknown" for the same port; "Unspecified" is ibv_devinfo's word only.
+    with pytest.raises(ParseError, match="link layer should be one of"):
+        parse_sysfs_infiniband({"efa_0/ports/1/state": "4: ACTIVE",
+                                "efa_0/ports/1/link_layer": "Unspecified"})
+
+
+# MLNX_OFED ibdev2netdev, "old style" branch (no /sys/class/net/*/dev_id): print_line echoes
+# "$1 port $2 <===> $3" without a state (copy in Mellanox/docker-sriov-plugin, ibdev2netdev).
+def test_ibdev2netdev_old_style_without_state():
+    records = parse_ibdev2netdev("mlx4_0 port 1 <===> ib0\nmlx4_0 port 2 <===> eth2\n")
+    assert [(r["hca"], r["port"], r["netdev"], r["netdev_state"], r["netdev_type"])
+            for r in records] == [("mlx4_0", 1, "ib0", None, "ipoib"),
+                                  ("mlx4_0", 2, "eth2", None, "ethernet")]
+    with pytest.raises(ParseError, match="ibdev2netdev line 1: expected"):
+        parse_ibdev2netdev("mlx4_0 port 1 <===>\n")
