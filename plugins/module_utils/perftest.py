@@ -66,6 +66,22 @@ _ERRORS = (
     "Unable to read to socket/rdma_cm",
     "Couldn't allocate MR",
     "is not a valid",
+    # Failures that end the run without the "Unable to init the socket connection" summary
+    # (perftest write_bw.c / perftest_communication.c): RDMA_CM resources, IB resources,
+    # parameter negotiation, GID type mismatch, the server's listen socket, option parsing;
+    # and the RDMA_CM connect path's own detail lines.
+    "Unable to create RDMA_CM resources",
+    "Couldn't create IB resources",
+    "Failed to negotiate parameters",
+    "Unable to set up socket connection",
+    "Found Incompatibility issue with GID types",
+    "Couldn't listen to port",
+    "Parser function exited with Error",
+    "Unable to perform rdma_client function",
+    "Unable to perform rdma_server function",
+    "Unable to connect (retries",
+    "rdma_resolve_addr failed",
+    "rdma_resolve_route failed",
 )
 _ROCE_LINK = "Ethernet"
 

@@ -167,3 +167,30 @@ def test_check_fixture_failures():
     assert "Unable to find the Infiniband/RoCE device" in server["problems"][0]
     with pytest.raises(ValueError, match="validate_ib_write_bw_fraction"):
         perftest.write_bw_check([], 95)
+
+
+# linux-rdma/perftest write_bw.c / perftest_communication.c: these failures end the run without
+# the " Unable to init the socket connection" summary line; they are errors, not "not a report".
+@pytest.mark.parametrize("text", [
+    " Unable to create RDMA_CM resources\n",
+    " Couldn't create IB resources\n",
+    " Failed to negotiate parameters\n",
+    " Unable to set up socket connection\n",
+    "\n Found Incompatibility issue with GID types.\n Please Try to use a different IP version.\n\n",
+    "Couldn't listen to port 18515\n",
+    " Parser function exited with Error\n",
+    "rdma_resolve_addr failed\nUnable to connect (retries = 5)\n",
+])
+def test_error_lines_without_socket_summary(text):
+    report = perftest.parse_bw_report(text)
+    assert report["rows"] == [] and report["errors"]
+    assert report["errors"] == perftest.parse_bw_report_errors(text)
+
+
+def test_rdma_cm_client_failure_keeps_its_cause():
+    # establish_connection(): the RDMA_CM detail, then the summary write_bw.c prints.
+    text = ("rdma_resolve_addr failed\nUnable to connect (retries = 5)\n"
+            " Unable to perform rdma_client function\n Unable to init the socket connection\n")
+    assert perftest.parse_bw_report(text)["errors"] == [
+        "rdma_resolve_addr failed", "Unable to connect (retries = 5)",
+        "Unable to perform rdma_client function", "Unable to init the socket connection"]
