@@ -30,6 +30,22 @@ Kinds and sources (each case is a fixture under tests/fixtures):
 - ``nccl_socket_virtual_interface``: NET/Socket picked virbr0/docker0/lo next to the real NIC
   (NVIDIA/nccl-tests #131). Fixture E12.
 
+- ``mpi_not_enough_slots``: ``There are not enough slots available in the system to satisfy the N
+  slots`` (help-orte-rmaps-base.txt, PRRTE help-prte-rmaps-base.txt): -np above the hostfile's slots.
+- ``mpi_executable_not_found``: ``... was unable to launch the specified application as it could not
+  access or execute an executable`` with ``Executable:``/``Node:`` (help-orterun.txt, PRRTE prun).
+- ``mpi_daemon_lost``: ``ORTE|PRTE has lost communication with a remote daemon`` (help-errmgr-base.txt):
+  the node named by ``Remote daemon: ... on node X`` died or its link broke.
+- ``nccl_system_or_remote_error``: ``NCCL error in: <file>:<line>, unhandled system error|remote process
+  exited or there was a network error, NCCL version X`` (PyTorch) or ``<op> failed: ...`` (Horovod):
+  ncclSystemError 2 / ncclRemoteError 6 (ncclGetErrorString).
+- ``torch_nccl_watchdog_timeout``: ``Watchdog caught collective operation timeout: WorkNCCL(...)``
+  (ProcessGroupNCCL.cpp): the op, its timeout and the ranks that printed it.
+- ``container_shm_exhausted``: ``unable to write to file </torch_...>``, DataLoader's bus error, NCCL's
+  ``failed to extend /dev/shm/nccl-...``, ``Bus error (core dumped)``: /dev/shm too small.
+- ``k8s_insufficient_device``: ``0/N nodes are available: M Insufficient nvidia.com/gpu`` (or
+  ``rdma/...``) in a pod's FailedScheduling event (kube-scheduler's NodeResourcesFit).
+
 NCCL result codes (``-> 2`` in the call trace) follow ``ncclResult_t`` in nccl.h.
 
 ``gpucluster diagnose`` (docs/diagnose.md): ``split_blocks(text)`` cuts a paste into the tool
@@ -683,6 +699,265 @@ def _rule_socket_virtual(text, ctx):
     )
 
 
+# Open MPI's help text wraps where its translator wrapped it ("satisfy the 16\nslots"), so these
+# rules match across line ends with \s+.
+
+
+def _rule_not_enough_slots(text, ctx):
+    # Open MPI v3/v4 orte/mca/rmaps/base/help-orte-rmaps-base.txt [orte-rmaps-base:alloc-error] and
+    # PRRTE (Open MPI 5) src/mca/rmaps/base/help-prte-rmaps-base.txt: "There are not enough slots
+    # available in the system to satisfy the %d\nslots that were requested by the application:\n\n  %s"
+    m = re.search(
+        r"There are not enough slots available in the system to satisfy the\s+(\d+)\s+slots\s+that were "
+        r"requested by the application:\s*\n\s*(\S[^\n]*)?",
+        text,
+    )
+    if not m:
+        return None
+    n, app = m.group(1), (m.group(2) or "").strip()
+    if app.startswith("Either request"):  # the application line was lost in the paste
+        app = ""
+    np_ = re.search(r"(?:mpirun|mpiexec|prterun|horovodrun)\b[^\n]*?\s-(?:np|n)\s+(\d+)", text)
+    asked = f" (-np {np_.group(1)})" if np_ else ""
+    return Diagnosis(
+        kind="mpi_not_enough_slots",
+        message=f"mpirun was asked for {n} processes{asked}{' of ' + app if app else ''} but its hosts offer "
+        "fewer slots: the hostfile's slots=N (or --host host:N, or the scheduler's allocation) add up to less "
+        f"than {n}, so no rank was started",
+        fix=f"give every host its real slot count - slots=<GPUs per node> per line of the hostfile, or "
+        f"--host h1:<gpus>,h2:<gpus> (horovodrun -H h1:<gpus>) - and keep -np <= their sum ({n} needs that "
+        "many); under a scheduler check that mpirun read the allocation; --oversubscribe only knowingly "
+        "(ranks then share cores and GPUs)",
+        evidence=_lines(text, r"There are not enough slots available in the system"),
+    )
+
+
+def _rule_executable_not_found(text, ctx):
+    # orte/tools/orterun/help-orterun.txt / PRRTE help-prun.txt [prun:executable-not-found]: "%s was unable
+    # to launch the specified application as it could not access\nor execute an executable:\n\nExecutable:
+    # %s\nNode: %s\n\nwhile attempting to start process rank %d." (Open MPI 1.3: "could not find an executable").
+    m = re.search(
+        r"(\S+) was unable to launch the specified application as it could\s+not\s+"
+        r"(access\s+or\s+execute|find)\s+an\s+e\s*xecutable",
+        text,
+    )
+    if not m:
+        return None
+    exe = re.search(r"^Executable: (.+?)\s*$", text, re.M)
+    node = re.search(r"^Node: (\S+)", text, re.M)
+    rank = re.search(r"while attempting to start process rank (\d+)", text)
+    exe_s = exe.group(1) if exe else "<program>"
+    node_s = node.group(1) if node else "<node>"
+    where = f" on {node_s}" + (f" (rank {rank.group(1)})" if rank else "")
+    if exe_s.startswith("-"):
+        return Diagnosis(
+            kind="mpi_executable_not_found",
+            message=f"{m.group(1)} took '{exe_s}' for the program{where}: an option it does not know (misspelt, "
+            "or written for another MPI) ended its own options",
+            fix=f"check the spelling of {exe_s} against '{m.group(1)} --help' of this Open MPI version "
+            "(e.g. --prefix, not -prefix=) and put the program after all mpirun options",
+            evidence=_lines(text, r"was unable to launch the specified application|^Executable: |^Node: "),
+        )
+    return Diagnosis(
+        kind="mpi_executable_not_found",
+        message=f"{m.group(1)} could not {' '.join(m.group(2).split())} {exe_s}{where}: the program is not at "
+        "that path where the rank runs (in that node's container, not the launcher's), not on the PATH "
+        "orted starts it with, or not executable",
+        fix=f"on {node_s}, in the container the ranks run in, check 'ls -l {exe_s}' and 'command -v {exe_s}': "
+        "the program must be in the image or on a mount shared at the same path on every worker, executable "
+        "(chmod +x, not on a noexec mount); give an absolute path or pass the PATH (mpirun -x PATH), or copy "
+        "it with --preload-binary",
+        evidence=_lines(text, r"was unable to launch the specified application|^Executable: |^Node: "),
+    )
+
+
+def _rule_daemon_lost(text, ctx):
+    # Open MPI v4 orte/mca/errmgr/base/help-errmgr-base.txt [node-died] and PRRTE (Open MPI 5)
+    # help-errmgr-base.txt: "ORTE|PRTE has lost communication with a remote daemon.\n\n  HNP daemon   : %s on
+    # node %s\n  Remote daemon: %s on node %s"; Open MPI <= 3: "ORTE has lost communication with its daemon
+    # located on node:\n\n  hostname:  %s".
+    m = re.search(r"\b(ORTE|PRTE) has lost communication with (?:a remote daemon|its daemon)", text)
+    if not m:
+        return None
+    remote = re.search(r"Remote daemon\s*:\s*(\S+) on node (\S+)", text) or re.search(
+        r"located on node:\s*\n\s*hostname:\s*(\S+)", text
+    )
+    host = remote.group(remote.lastindex) if remote else None
+    hnp = re.search(r"HNP daemon\s*:\s*\S+ on node (\S+)", text)
+    from_ = f" (launcher daemon on {hnp.group(1)})" if hnp else ""
+    who = f"the daemon on {host}" if host else "a remote daemon (the output does not name its node)"
+    return Diagnosis(
+        kind="mpi_daemon_lost",
+        message=f"{m.group(1)} lost {who}{from_}: the node went away (crash, reboot, OOM kill of the daemon or "
+        "its container/pod) or the launcher's TCP connection to it broke; every rank there was lost, so the "
+        "job was ended",
+        fix=f"on {host or 'that node'}: check it is up and why its daemon died - dmesg -T / journalctl -k for "
+        "'Out of memory: Killed process' or a panic, the container's or pod's exit reason (OOMKilled, evicted); "
+        "if the node is fine, check the launcher-to-node link on the interface the runtime uses (-mca "
+        "oob_tcp_if_include <data nic>; Open MPI 5: --prtemca oob_tcp_if_include) and rerun with "
+        "--debug-daemons",
+        evidence=_lines(text, r"has lost communication with|Remote daemon\s*:|^hostname:"),
+    )
+
+
+# ncclGetErrorString() (src/init.cc): the strings PyTorch ("NCCL error in: <file>:<line>, <string>, NCCL
+# version <v>"; "NCCL error: <string>, NCCL version <v>") and Horovod ("<op> failed: <string>") print.
+_NCCL_ERROR_STRINGS = (
+    (2, "unhandled system error"),
+    (6, "remote process exited or there was a network error"),
+)
+
+
+def _rule_nccl_error(text, ctx):
+    alts = "|".join(re.escape(s) for _, s in _NCCL_ERROR_STRINGS)
+    m = re.search(
+        rf"NCCL error(?: in: (\S+?))?:?,? ({alts})(?: \(run with NCCL_DEBUG=\w+ for details\))?,? NCCL version "
+        rf"(\S+)",
+        text,
+    ) or re.search(rf"\b(nccl\w+) failed: ({alts})", text)
+    if not m:
+        return None
+    code = next(c for c, s in _NCCL_ERROR_STRINGS if s == m.group(2))
+    name = NCCL_RESULTS[code]
+    version = f"NCCL {m.group(3)}" if m.lastindex >= 3 and m.group(3) else "NCCL"
+    where = f" in {m.group(1).rsplit('/', 1)[-1]}" if m.group(1) else ""  # PyTorch's file:line, Horovod's op
+    rank = re.search(r"\[Rank (\d+)\]|\[rank(\d+)\]:", text)
+    on = f" on rank {rank.group(1) or rank.group(2)}" if rank else ""
+    last = re.search(r"^Last error:\s*\n(.+)$", text, re.M)
+    warns = nccl_transport_summary(text)["warnings"]
+    said = ""
+    if last:
+        said = f"; NCCL's last error: {last.group(1).strip()}"
+    elif warns:
+        said = f"; first NCCL WARN: {warns[0]}"
+    if code == 6:
+        what = "a peer went away or the network between ranks failed (a rank crashed or was killed, a link or " \
+               "switch port flapped, an IB/RoCE completion error)"
+    else:
+        what = "a system call or external library NCCL uses failed (socket connect/bind, /dev/shm, " \
+               "ibverbs, or a peer closing its connection)"
+    return Diagnosis(
+        kind="nccl_system_or_remote_error",
+        message=f"{version} returned {code} ({name}){on}{where}: {what}{said}",
+        fix="rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET on every rank and classify that log (its "
+        "NCCL WARN lines name the call that failed); check the ranks' interfaces (NCCL_SOCKET_IFNAME==<data "
+        "nic> on every node) and the IB/RoCE ports (ibv_devinfo state PORT_ACTIVE, ibstat); for "
+        "ncclRemoteError first look for the rank that died (its own log, dmesg OOM kills)",
+        evidence=_lines(text, r"NCCL error|nccl\w+ failed: |^ncclSystemError|^ncclRemoteError|^Last error:"),
+    )
+
+
+def _rule_watchdog_timeout(text, ctx):
+    # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp: "[Rank N] Watchdog caught collective operation
+    # timeout: WorkNCCL(SeqNum=, OpType=, NumelIn=, NumelOut=, Timeout(ms)=) ran for N milliseconds before
+    # timing out." (1.x: "WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000)"; 2.4: "[PG ID 0 PG GUID 0 Rank 3]").
+    m = re.search(
+        r"Watchdog caught collective operation timeout:\s*WorkNCCL\(([^)]*\)?[^)]*)\)\s+ran for (\d+) "
+        r"milliseconds before timing out",
+        text,
+    )
+    if not m:
+        return None
+    fields = dict(re.findall(r"([\w()]+)=([^,]+)", m.group(1)))
+    op = fields.get("OpType", "a collective").strip()
+    timeout = fields.get("Timeout(ms)")
+    seq = fields.get("SeqNum")
+    rr = re.findall(r"(?:\bRank (\d+)\]|\[rank(\d+)\]:?)[^\n]*?Watchdog caught", text)
+    ranks = list(dict.fromkeys(a or b for a, b in rr))
+    on = f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}" if ranks else ""
+    limit = f" (timeout {int(timeout) // 1000} s)" if timeout and timeout.strip().isdigit() else ""
+    return Diagnosis(
+        kind="torch_nccl_watchdog_timeout",
+        message=f"PyTorch's NCCL watchdog{on} gave up on {op}{f' #{seq}' if seq else ''} after {m.group(2)} ms"
+        f"{limit}: some rank never joined that collective (hung, crashed, or stuck in other work/data "
+        "loading) or the network stalled the transfer",
+        fix="find the rank that did not reach the collective: the ranks that did NOT print this line, their "
+        "logs and py-spy dump; TORCH_NCCL_DESYNC_DEBUG=1 (TORCH_NCCL_TRACE_BUFFER_SIZE for the flight "
+        "recorder) names it; if all ranks were in it, rerun with NCCL_DEBUG=INFO and check the links "
+        "(nccl-tests between the nodes); raise the timeout (init_process_group(timeout=...)) only for known "
+        "long steps",
+        evidence=_lines(text, r"Watchdog caught collective operation timeout"),
+    )
+
+
+def _rule_shm_exhausted(text, ctx):
+    ev = _lines(
+        text,
+        # PyTorch (torch/lib/libshm, THAllocator): "unable to write to file </torch_...>: No space left on
+        # device (28)"; DataLoader: "ERROR: Unexpected bus error encountered in worker. This might be caused by
+        # insufficient shared memory (shm)." / "DataLoader worker (pid N) is killed by signal: Bus error.";
+        # NCCL src/misc/shmutils.cc: "Error: failed to extend /dev/shm/nccl-XXXX to N bytes" and "Error while
+        # creating shared memory segment"; the shell's "Bus error (core dumped)"; Open MPI's "exited on
+        # signal 7 (Bus error)".
+        r"unable to write to file </torch_|insufficient shared memory \(shm\)|is killed by signal: Bus error"
+        r"|failed to extend /dev/shm/|Error while creating shared memory segment|Bus error \(core dumped\)"
+        r"|exited on signal 7 \(Bus error\)|shm_open.*(?:No space left on device|Cannot allocate memory)"
+        r"|posix_fallocate failed ?: No space left on device",
+    )
+    if not ev:
+        return None
+    nccl = re.search(r"failed to extend (/dev/shm/\S+) to (\d+) bytes", text)
+    node = re.search(r"on node (\S+) exited on signal 7", text)
+    if nccl:
+        what = f"NCCL could not grow {nccl.group(1)} to {nccl.group(2)} bytes"
+    elif re.search(r"unable to write to file </torch_|insufficient shared memory|killed by signal: Bus error", text):
+        what = "PyTorch could not place shared tensors (DataLoader workers, torch.multiprocessing) in /dev/shm"
+    else:
+        what = "a process died of SIGBUS" + (f" on {node.group(1)}" if node else "") + \
+               ", which in a container is almost always a full /dev/shm"
+    return Diagnosis(
+        kind="container_shm_exhausted",
+        message=f"{what}: /dev/shm is too small (Docker's default is 64 MB)",
+        fix="give the container a larger /dev/shm: this collection's training_image role runs it with "
+        "--shm-size from training_image_shm_size (default 32g; check 'df -h /dev/shm' inside the container), "
+        "or use --ipc=host for a container started by hand; in Kubernetes mount an emptyDir with medium: "
+        "Memory (sizeLimit) at /dev/shm",
+        evidence=ev,
+    )
+
+
+# kube-scheduler's FitError: "0/N nodes are available: <count> <reason>, ... ." (from 1.26 followed by
+# "preemption: 0/N nodes are available: ..."); NodeResourcesFit's reason is "Insufficient <resource>".
+_DEVICE_RESOURCE = (
+    r"(?:nvidia\.com/[\w.-]+|amd\.com/gpu|rdma/[\w.-]+|openshift\.io/[\w.-]+"
+    r"|[\w.-]+\.com/[\w.-]*(?:rdma|sriov|gpu)[\w.-]*)"
+)
+
+
+def _rule_k8s_insufficient_device(text, ctx):
+    m = None
+    for m in re.finditer(r"(\d+)/(\d+) nodes are available: (.+?)(?:\s+preemption:|$)", text, re.M):
+        if re.search(rf"\d+ Insufficient {_DEVICE_RESOURCE}", m.group(3)):
+            break
+    else:
+        return None
+    total, reasons = m.group(2), m.group(3).rstrip(". ")
+    short = re.findall(rf"(\d+) Insufficient ({_DEVICE_RESOURCE})", reasons)
+    others = [r.strip() for r in re.split(r",\s*(?=\d+ )", reasons) if not re.match(r"\d+ Insufficient", r.strip())]
+    pod = re.search(r"pod/(\S+)", text) or re.search(r"^Name:\s+(\S+)", text, re.M)
+    who = f"pod {pod.group(1)}" if pod else "the pod"
+    lacking = ", ".join(f"{n} without enough free {res}" for n, res in short)
+    rest = f" (the others: {'; '.join(others)})" if others else ""
+    rdma_ = any(res.startswith("rdma/") or "rdma" in res or "sriov" in res for _, res in short)
+    gpu_ = any("gpu" in res or res.startswith("nvidia.com/") for _, res in short)
+    fix = []
+    if gpu_:
+        fix.append("check that the GPU nodes advertise GPUs: kubectl describe node <gpu node> must show "
+                   "nvidia.com/gpu under Allocatable (device plugin / GPU operator pods Running on it, "
+                   "'kubectl -n gpu-operator get pods'); GPUs held by other pods show under Allocated resources")
+    if rdma_:
+        fix.append("check the RDMA device plugin (k8s-rdma-shared-dev-plugin or SR-IOV) runs on those nodes and "
+                   "advertises exactly the resource name the pod requests")
+    fix.append("make the MPIJob fit: workers x per-worker limit <= free devices, one worker per node with "
+               "nvidia.com/gpu = GPUs per node, enough GPU nodes for the replicas (a launcher needs no GPU)")
+    return Diagnosis(
+        kind="k8s_insufficient_device",
+        message=f"the scheduler could not place {who}: none of the {total} nodes fits - {lacking}{rest}",
+        fix="; ".join(fix),
+        evidence=_lines(text, r"nodes are available:"),
+    )
+
+
 _RULES = (
     _rule_ssh_wrong_sshd,
     _rule_host_key,
@@ -690,8 +965,15 @@ _RULES = (
     _rule_mpi_tcp,
     _rule_roce_gid,
     _rule_nccl_bootstrap,
-    _rule_gdr_disabled,
+    _rule_not_enough_slots,
+    _rule_executable_not_found,
+    _rule_shm_exhausted,
+    _rule_k8s_insufficient_device,
     _rule_socket_virtual,
+    _rule_nccl_error,
+    _rule_watchdog_timeout,
+    _rule_daemon_lost,
+    _rule_gdr_disabled,
 )
 
 
@@ -759,12 +1041,17 @@ _SIGNATURES = (
                   r"IP pool stats:|Discovered device number|Exceeded instance eni attachment limit|"
                   r"\"Error\"\s*:\s*\{\s*\"Code\""),
     ("mpi-operator", r"^NAME\s+AGE\s+STATE$|^NAME\s+READY\s+STATUS\s|tasks in gang unschedulable|^status:$|"
-                     r"^conditions:$|-(?:launcher|worker-\d+)\s+\d+/\d+\s"),
+                     r"^conditions:$|-(?:launcher|worker-\d+)\s+\d+/\d+\s|FailedScheduling|"
+                     r"\d+/\d+ nodes are available:"),
     ("mpi", r"ssh: Could not resolve hostname|ORTE was unable to reliably start|ORTE does not know how to route|"
             r"orted: (?:No such file|command not found)|Host key verification failed|btl_tcp_endpoint|"
             r"received unexpected process identifier|ibv_create_cq\([^)]*\) failed|ssh: connect to host|"
             r"Open MPI failed to TCP connect to a peer|"
-            r"Permission denied \(publickey"),
+            r"Permission denied \(publickey|There are not enough slots available in the system|"
+            r"unable to launch the specified application as it could|(?:ORTE|PRTE) has lost communication with"),
+    ("training-log", r"NCCL error(?: in)?:|nccl\w+ failed: (?:unhandled system error|remote process exited)|"
+                     r"Watchdog caught collective operation timeout|unable to write to file </torch_|"
+                     r"insufficient shared memory \(shm\)|is killed by signal: Bus error|Bus error \(core dumped\)"),
     ("hugepages-k8s", r"^hugepages-\d+\w+:\s|^(?:Capacity|Allocatable):$"),
     ("meminfo", r"^(?:MemTotal|MemFree|HugePages_Total|HugePages_Free|HugePages_Rsvd|Hugepagesize|Hugetlb):\s"),
     ("ibstatus", r"^Infiniband device '\S+' port \d+ status:$"),
@@ -1058,7 +1345,19 @@ def _read_block(block):
     if k == "cloud-eni":
         return [_from(k, cloud_errors.read_cloud_error(text), None)]
     if k == "mpi-operator":
-        return [_from(k, mpi_operator.read_job_status(text), None)]
+        d = classify(text)  # a pod's scheduling events (FailedScheduling) read by the classifier
+        extra = [dict(kind=k, state=FAIL, cls=d.kind, cause=d.message, fix=d.fix, reading=d.as_dict())] if d else []
+        try:
+            return [_from(k, mpi_operator.read_job_status(text), None)] + extra
+        except ValueError:
+            if extra:
+                return extra
+            raise
+    if k == "training-log":
+        d = classify(text)
+        if d is None:
+            raise ValueError("training log: no known failure line in it")
+        return [dict(kind=k, state=FAIL, cls=d.kind, cause=d.message, fix=d.fix, reading=d.as_dict())]
     if k == "mpi":
         try:
             launcher = mpi_operator.read_launcher_log(text)

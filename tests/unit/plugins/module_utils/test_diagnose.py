@@ -355,3 +355,318 @@ def test_btl_tcp_client_connect_fail_help():
     wrong = classify(docker)
     assert wrong.kind == "mpi_tcp_wrong_interface"
     assert "centos-1cpu-1gb-es-mad2 (pid 292546) tried 172.17.0.1 (docker0" in wrong.message
+
+
+# ---- launch, runtime and scheduling failures (real output, inline) ------------------------------
+
+# Open MPI v4 help-orte-rmaps-base.txt [orte-rmaps-base:alloc-error], as pasted in
+# https://github.com/open-mpi/ompi/blob/v4.1.x/orte/mca/rmaps/base/help-orte-rmaps-base.txt
+SLOTS_V4 = """\
+$ mpirun -np 16 --hostfile hosts ./allgather
+--------------------------------------------------------------------------
+There are not enough slots available in the system to satisfy the 16
+slots that were requested by the application:
+
+  allgather
+
+Either request fewer slots for your application, or make more slots
+available for use.
+
+A "slot" is the Open MPI term for an allocatable unit where we can
+launch a process.  The number of slots available are defined by the
+environment in which Open MPI processes are run:
+--------------------------------------------------------------------------
+"""
+# Open MPI v3 / 1.x wording (one line longer before the wrap), users mailing list archive
+# https://www.mail-archive.com/users@lists.open-mpi.org/ ("mpirun -np 2 -nooversubscribe")
+SLOTS_V3 = """\
+There are not enough slots available in the system to satisfy the 2 slots
+that were requested by the application:
+  ./hello
+
+Either request fewer slots for your application, or make more slots available
+for use.
+"""
+# Open MPI 5 / PRRTE help-prte-rmaps-base.txt, as quoted in a PBS run log
+# https://github.com/openpmix/prrte/blob/master/src/mca/rmaps/base/help-prte-rmaps-base.txt
+SLOTS_PRRTE = """\
+There are not enough slots available in the system to satisfy the 9
+slots that were requested by the application:
+
+  /home/user/miniconda3/envs/miv/bin/optimize-network
+
+Either request fewer procs for your application, or make more slots
+available for use.
+"""
+
+
+@pytest.mark.parametrize(("text", "n", "app"), [(SLOTS_V4, "16", "allgather"), (SLOTS_V3, "2", "./hello"),
+                                                  (SLOTS_PRRTE, "9", "optimize-network")])
+def test_not_enough_slots_v3_v4_prrte(text, n, app):
+    d = classify(text)
+    assert d.kind == "mpi_not_enough_slots"
+    assert f"asked for {n} processes" in d.message and app in d.message
+    assert "slots=<GPUs per node>" in d.fix and "--oversubscribe only knowingly" in d.fix
+    assert d.evidence[0].startswith("There are not enough slots available in the system")
+
+
+def test_not_enough_slots_names_np():
+    assert "(-np 16)" in classify(SLOTS_V4).message
+
+
+def test_slots_neighbour_is_not_slots():
+    # the rank/slot listing of a rankfile (users mailing list) mentions slots but is no failure
+    assert classify("rank 0=node01 slot=0\nrank 1=node01 slot=1\nslots available: 8\n") is None
+
+
+# help-orterun.txt [orterun:executable-not-found]; output from
+# https://github.com/open-mpi/ompi/blob/v4.1.x/orte/tools/orterun/help-orterun.txt (a user's nbody run)
+EXEC_NOT_FOUND = """\
+$ mpirun -np 12 --hostfile hosts.txt /mpi/178342/nbody_mpi 16384 100
+--------------------------------------------------------------------------
+mpirun was unable to launch the specified application as it could not access
+or execute an executable:
+
+Executable: /mpi/178342/nbody_mpi
+Node: 192.168.14.207
+
+while attempting to start process rank 8.
+--------------------------------------------------------------------------
+8 total processes failed to start
+"""
+# the same help with a misspelt option taken for the program (users mailing list, "-prefix=")
+EXEC_OPTION = """\
+mpirun was unable to launch the specified application as it could not access
+or execute an executable:
+
+Executable: -prefix=/myname
+Node: host1
+
+while attempting to start process rank 0.
+"""
+# Open MPI 1.3 wording, "could not find an executable" (users mailing list)
+EXEC_OLD = """\
+mpirun was unable to launch the specified application as it could
+not find an executable:
+
+Executable: a.out_32
+Node: compil02
+
+while attempting to start process rank 1.
+"""
+
+
+def test_executable_not_found_names_path_node_rank():
+    d = classify(EXEC_NOT_FOUND)
+    assert d.kind == "mpi_executable_not_found"
+    assert "/mpi/178342/nbody_mpi on 192.168.14.207 (rank 8)" in d.message
+    assert "in that node's container" in d.message
+    assert "ls -l /mpi/178342/nbody_mpi" in d.fix and "mpirun -x PATH" in d.fix and "chmod +x" in d.fix
+    assert "Executable: /mpi/178342/nbody_mpi" in d.evidence
+
+
+def test_executable_not_found_option_taken_for_program_and_old_wording():
+    d = classify(EXEC_OPTION)
+    assert d.kind == "mpi_executable_not_found" and "-prefix=/myname" in d.message and "--prefix" in d.fix
+    d = classify(EXEC_OLD)
+    assert d.kind == "mpi_executable_not_found" and "could not find a.out_32 on compil02 (rank 1)" in d.message
+
+
+def test_executable_neighbour_ompi_info_is_none():
+    assert classify("Executable: /usr/bin/orted\nNode: node1\n                 Prefix: /usr\n") is None
+
+
+# Open MPI v4 help-errmgr-base.txt [node-died]: https://github.com/openpmix/prrte/issues/681 (v4 ids)
+DAEMON_LOST_V4 = """\
+--------------------------------------------------------------------------
+ORTE has lost communication with a remote daemon.
+
+  HNP daemon   : [[47075,0],0] on node fj-debug1
+  Remote daemon: [[47075,0],27] on node fj078
+
+This is usually due to either a failure of the TCP network
+connection to the node, or possibly an internal failure of
+the daemon itself. We cannot recover from this failure, and
+therefore will terminate the job.
+--------------------------------------------------------------------------
+"""
+# Open MPI 5 / PRRTE, https://github.com/openpmix/prrte/issues/2694
+DAEMON_LOST_PRRTE = """\
+nid002944
+--------------------------------------------------------------------------
+PRTE has lost communication with a remote daemon.
+
+  HNP daemon   : [prterun-nid002944-1918870@0,0] on node nid002944
+  Remote daemon: [prterun-nid002944-1918870@0,1] on node nid003032
+
+This is usually due to either a failure of the TCP network
+connection to the node, or possibly an internal failure of
+the daemon itself.
+
+Any processes that were running on that node have been lost.
+--------------------------------------------------------------------------
+"""
+
+
+@pytest.mark.parametrize(("text", "runtime", "host", "hnp"), [(DAEMON_LOST_V4, "ORTE", "fj078", "fj-debug1"),
+                                                               (DAEMON_LOST_PRRTE, "PRTE", "nid003032", "nid002944")])
+def test_daemon_lost_names_the_node(text, runtime, host, hnp):
+    d = classify(text)
+    assert d.kind == "mpi_daemon_lost"
+    assert d.message.startswith(f"{runtime} lost the daemon on {host} (launcher daemon on {hnp})")
+    assert "OOM" in d.message and f"on {host}:" in d.fix and "oob_tcp_if_include" in d.fix
+    assert any("Remote daemon" in e for e in d.evidence)
+
+
+def test_daemon_lost_old_wording_and_neighbour():
+    old = ("ORTE has lost communication with its daemon located on node:\n\n  hostname:  node02\n\n"
+           "This is usually due to either a failure of the TCP network\n")
+    assert "the daemon on node02" in classify(old).message
+    # --debug-daemons chatter about a daemon that reported back is no failure
+    assert classify("[node01:12345] [[47075,0],0] orted_cmd: received add_local_procs\n"
+                    "Daemon [[47075,0],1] checking in as pid 2214 on host node02\n") is None
+
+
+# PyTorch ProcessGroupNCCL: ncclSystemError through torch.distributed, from a LUMI user's notes
+# (https://github.com/pytorch/pytorch/blob/v1.11.0/torch/csrc/distributed/c10d/NCCLUtils.hpp)
+NCCL_SYSTEM = """\
+    work = default_pg.barrier(opts=opts)
+RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.11.4
+ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. It can be also caused by unexpected exit of a remote peer, you can check NCCL warnings for failure reason and see if there is connection closure by a peer.
+"""  # noqa: E501
+# ncclRemoteError via the watchdog (NCCL 2.19, "Last error:" tail), https://github.com/NVIDIA/nccl/issues
+NCCL_REMOTE = """\
+[E ProcessGroupNCCL.cpp:852] [Rank 16] NCCL watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.19.3
+ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.
+Last error:
+NET/IB : Got completion from peer 10.42.0.2<47534> with error 5, opcode 48, len 32764, vendor err 244
+terminate called after throwing an instance of 'std::runtime_error'
+"""  # noqa: E501
+# Horovod's nccl_operations.cc: "<op> failed: " + ncclGetErrorString()
+NCCL_HOROVOD = "horovod.common.exceptions.HorovodInternalError: ncclCommInitRank failed: unhandled system error\n"
+
+
+def test_nccl_system_error_code_and_version():
+    d = classify(NCCL_SYSTEM)
+    assert d.kind == "nccl_system_or_remote_error"
+    assert d.message.startswith("NCCL 2.11.4 returned 2 (ncclSystemError) in ProcessGroupNCCL.cpp:1191")
+    assert "NCCL_DEBUG=INFO" in d.fix and "classify that log" in d.fix and "NCCL_SOCKET_IFNAME" in d.fix
+    assert "ibv_devinfo" in d.fix
+
+
+def test_nccl_remote_error_names_rank_and_last_error():
+    d = classify(NCCL_REMOTE)
+    assert d.kind == "nccl_system_or_remote_error"
+    assert d.message.startswith("NCCL 2.19.3 returned 6 (ncclRemoteError) on rank 16")
+    assert "Got completion from peer 10.42.0.2<47534> with error 5" in d.message
+    assert "Last error:" in d.evidence
+
+
+def test_nccl_error_through_horovod_and_neighbours():
+    d = classify(NCCL_HOROVOD)
+    assert d.kind == "nccl_system_or_remote_error" and "returned 2 (ncclSystemError) in ncclCommInitRank" in d.message
+    # an invalid-usage error is the program's, not the network's: not this class
+    assert classify("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, "
+                    "invalid usage, NCCL version 2.14.3\n") is None
+    assert classify("NCCL version 2.19.3+cuda12.3\n") is None
+
+
+# torch ProcessGroupNCCL.cpp watchdog (2.x with SeqNum/NumelIn), a DeepSpeed run's log
+# https://github.com/pytorch/pytorch/blob/v2.5.0/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
+WATCHDOG = """\
+[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.
+[rank1]:[E1218 20:27:21.433063423 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran for 600088 milliseconds before timing out.
+"""  # noqa: E501
+# torch 1.x form: "WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=1800000)"
+WATCHDOG_1X = ("[E ProcessGroupNCCL.cpp:566] [Rank 3] Watchdog caught collective operation timeout: "
+               "WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1806794 milliseconds before timing out.\n")
+
+
+def test_watchdog_timeout_names_op_timeout_ranks():
+    d = classify(WATCHDOG)
+    assert d.kind == "torch_nccl_watchdog_timeout"
+    assert d.message.startswith("PyTorch's NCCL watchdog on ranks 0, 1 gave up on BROADCAST #1 after 600081 ms "
+                                "(timeout 600 s)")
+    assert "did NOT print this line" in d.fix and "TORCH_NCCL_DESYNC_DEBUG=1" in d.fix
+    assert len(d.evidence) == 2
+    d = classify(WATCHDOG_1X)
+    assert "on rank 3 gave up on ALLREDUCE after 1806794 ms (timeout 1800 s)" in d.message
+
+
+def test_watchdog_neighbour_heartbeat_is_none():
+    assert classify("[I ProcessGroupNCCL.cpp:835] [Rank 0] ProcessGroupNCCL initialization options: "
+                    "NCCL_ASYNC_ERROR_HANDLING: 1, NCCL_DESYNC_DEBUG: 0, Timeout(ms): 600000\n") is None
+
+
+# PyTorch DataLoader in a container with Docker's 64 MB /dev/shm (pytorch/pytorch #2244 and the
+# discuss.pytorch.org thread "unable to write to file </torch_18692_1954506624>")
+SHM_TORCH = """\
+RuntimeError: unable to write to file </torch_9931_3149260800_0>: No space left on device (28)
+ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).
+RuntimeError: DataLoader worker (pid 9943) is killed by signal: Bus error.
+"""
+# NCCL src/misc/shmutils.cc, from the NCCL troubleshooting guide and a containerised deployment
+SHM_NCCL = """\
+3d3e22c3066f:168:168 [0] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-UbzKZ9 to 9637892 bytes
+3d3e22c3066f:168:168 [0] misc/shmutils.cc:113 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-UbzKZ9 (size 9637888)
+3d3e22c3066f:168:168 [0] NCCL INFO transport/shm.cc:114 -> 2
+RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version 2.14.3
+"""  # noqa: E501
+
+
+def test_shm_exhausted_torch_and_nccl():
+    d = classify(SHM_TORCH)
+    assert d.kind == "container_shm_exhausted"
+    assert "DataLoader workers" in d.message and "64 MB" in d.message
+    assert "training_image_shm_size" in d.fix and "--ipc=host" in d.fix and "medium: Memory" in d.fix
+    assert len(d.evidence) == 3
+    found = classify_all(SHM_NCCL)
+    # the /dev/shm failure is the cause of NCCL's system error, so it comes first
+    assert [f.kind for f in found] == ["container_shm_exhausted", "nccl_system_or_remote_error"]
+    assert "NCCL could not grow /dev/shm/nccl-UbzKZ9 to 9637892 bytes" in found[0].message
+
+
+def test_shm_bus_error_core_dumped_and_mpirun_signal_7():
+    assert classify("./train.sh: line 4:  212 Bus error (core dumped) python train.py\n").kind == \
+        "container_shm_exhausted"
+    d = classify("mpirun noticed that process rank 3 with PID 0 on node gpu02 exited on signal 7 (Bus error).\n")
+    assert d.kind == "container_shm_exhausted" and "on gpu02" in d.message
+
+
+def test_shm_neighbour_too_many_open_files_is_not_shm():
+    # the file-descriptor sharing strategy running out of fds (ulimit -n), not a full /dev/shm
+    assert classify("RuntimeError: unable to open shared memory object </torch_7_2090463367> in read-write mode: "
+                    "Too many open files (24)\n") is None
+
+
+# kube-scheduler FitError on an MPIJob worker (kubectl describe pod / kubectl get events)
+# https://github.com/kubernetes/kubernetes/blob/master/pkg/scheduler/framework/plugins/noderesources/fit.go
+K8S_GPU = """\
+Events:
+  Type     Reason            Age   From               Message
+  ----     ------            ----  ----               -------
+  Warning  FailedScheduling  12s   default-scheduler  0/4 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, 3 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available: 1 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod.
+"""  # noqa: E501
+K8S_RDMA = """\
+LAST SEEN   TYPE      REASON             OBJECT                    MESSAGE
+34s         Warning   FailedScheduling   pod/bert-mpijob-worker-1   0/2 nodes are available: 2 Insufficient rdma/hca_shared_devices_a.
+"""  # noqa: E501
+
+
+def test_k8s_insufficient_gpu_names_counts_and_other_reasons():
+    d = classify(K8S_GPU)
+    assert d.kind == "k8s_insufficient_device"
+    assert "none of the 4 nodes fits - 3 without enough free nvidia.com/gpu" in d.message
+    assert "untolerated taint" in d.message and "preemption" not in d.message
+    assert "Allocatable" in d.fix and "device plugin" in d.fix
+
+
+def test_k8s_insufficient_rdma_names_pod():
+    d = classify(K8S_RDMA)
+    assert "pod bert-mpijob-worker-1" in d.message and "2 without enough free rdma/hca_shared_devices_a" in d.message
+    assert "RDMA device plugin" in d.fix
+
+
+def test_k8s_neighbour_insufficient_cpu_is_none():
+    assert classify("Warning  FailedScheduling  5s  default-scheduler  0/3 nodes are available: "
+                    "3 Insufficient cpu.\n") is None

@@ -180,3 +180,20 @@ def test_a_plugin_set_in_the_nccl_settings_turns_the_internal_fallback_into_a_fa
     failed = [f for f in r["findings"] if f.source == "(NCCL settings + NCCL log)"]
     assert len(failed) == 1 and failed[0].state == "fail" and failed[0].cls == "FOUND_BUT_INCOMPATIBLE"
     assert "NCCL_NET_PLUGIN=ofi" in failed[0].cause and "stray libnccl-net.so" in failed[0].fix
+
+
+def test_paste_routes_launch_runtime_and_scheduling_failures():
+    from tests.unit.plugins.module_utils.test_diagnose import (
+        DAEMON_LOST_PRRTE,
+        K8S_GPU,
+        SHM_TORCH,
+        SLOTS_V4,
+        WATCHDOG,
+    )
+
+    rows = {(f.kind, f.cls) for t in (SLOTS_V4, DAEMON_LOST_PRRTE, WATCHDOG, SHM_TORCH, K8S_GPU)
+            for f in diagnose_text(t)}
+    assert rows == {("mpi", "mpi_not_enough_slots"), ("mpi", "mpi_daemon_lost"),
+                    ("training-log", "torch_nccl_watchdog_timeout"), ("training-log", "container_shm_exhausted"),
+                    ("mpi-operator", "k8s_insufficient_device")}
+    assert exit_code(diagnose_text(SLOTS_V4 + "\n" + K8S_GPU)) == 1
