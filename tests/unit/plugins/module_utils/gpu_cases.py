@@ -84,3 +84,25 @@ SMI_Q_DIR = Path(__file__).parent / "smi_q"
 
 def smi_q(name):
     return (SMI_Q_DIR / name).read_text(encoding="utf-8")
+
+
+# The open kernel module refusing a GPU without GSP (test_gpu_kernel, test_gpu_driver), from
+# NVIDIA/open-gpu-kernel-modules #587 (same text in #696, #322); rm_is_supported_device() prints
+# the message with the continuation lines unstamped.
+OPEN_GSP = """\
+[  160.822054] nvidia: loading out-of-tree module taints kernel.
+[  160.825258] nvidia: module verification failed: signature and/or required key missing - tainting kernel
+[  160.877989] nvidia-nvlink: Nvlink Core is being initialized, major device number 236
+[  160.877997] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2331)
+               NVRM: installed in this system is not supported by open
+               NVRM: nvidia.ko because it does not include the required GPU
+               NVRM: System Processor (GSP).
+               NVRM: Please see the 'Open Linux Kernel Modules' and 'GSP
+               NVRM: Firmware' sections in the driver README, available on
+               NVRM: the Linux graphics driver download page at
+               NVRM: www.nvidia.com.
+[  166.261422] nvidia: probe of 0000:01:00.0 failed with error -1
+[  166.261517] NVRM: The NVIDIA probe routine failed for 1 device(s).
+[  166.261520] NVRM: None of the NVIDIA devices were initialized.
+"""
+

@@ -21,6 +21,7 @@ from tests.unit.plugins.module_utils.gpu_cases import (
     C09_VERSIONS,
     LSPCI,
     N24,
+    OPEN_GSP,
     RC_MISMATCH,
     RC_NOT_FOUND,
     RC_NOT_LOADED,
@@ -200,20 +201,8 @@ def test_missing_gpus_n24_names_the_bus_id_lspci_has_and_nvidia_smi_lacks():
 # The driver refusing a GPU (open module without GSP), nvidia-smi exit code 14 (infoROM)
 # --------------------------------------------------------------------------------------------
 
-# NVIDIA/open-gpu-kernel-modules #587, verbatim (the refusal and the probe summary).
-OPEN_GSP_LOG = """\
-[  160.877997] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2331)
-               NVRM: installed in this system is not supported by open
-               NVRM: nvidia.ko because it does not include the required GPU
-               NVRM: System Processor (GSP).
-               NVRM: Please see the 'Open Linux Kernel Modules' and 'GSP
-               NVRM: Firmware' sections in the driver README, available on
-               NVRM: the Linux graphics driver download page at
-               NVRM: www.nvidia.com.
-[  166.261422] nvidia: probe of 0000:01:00.0 failed with error -1
-[  166.261517] NVRM: The NVIDIA probe routine failed for 1 device(s).
-[  166.261520] NVRM: None of the NVIDIA devices were initialized.
-"""
+# NVIDIA/open-gpu-kernel-modules #587, verbatim: the refusal and the probe summary (gpu_cases).
+OPEN_GSP_LOG = OPEN_GSP[OPEN_GSP.index("[  160.877997]"):]
 RTX_4060TI = [{"bus_id": "0000:01:00.0", "pci_id": "10de:2331"}]
 
 

@@ -12,7 +12,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.gpu_kernel impo
 from ansible_collections.gpucluster.cluster.plugins.module_utils.parsing import ParseError
 
 from tests.conftest import fixture_text
-from tests.unit.plugins.module_utils.gpu_cases import N24, c14_blocks
+from tests.unit.plugins.module_utils.gpu_cases import N24, OPEN_GSP, c14_blocks
 
 
 def test_n24_fallen_off_bus_three_lines_one_record():
@@ -137,24 +137,6 @@ def test_syslog_gives_each_line_a_prefix_and_the_message_still_joins():
 
 
 # The open kernel module refusing a GPU without GSP (RTX 4060 Ti, 10de:2331): verbatim dmesg
-# from NVIDIA/open-gpu-kernel-modules #587 (same text in #696, #322); the message is printed
-# by rm_is_supported_device() with the continuation lines unstamped.
-OPEN_GSP = """\
-[  160.822054] nvidia: loading out-of-tree module taints kernel.
-[  160.825258] nvidia: module verification failed: signature and/or required key missing - tainting kernel
-[  160.877989] nvidia-nvlink: Nvlink Core is being initialized, major device number 236
-[  160.877997] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2331)
-               NVRM: installed in this system is not supported by open
-               NVRM: nvidia.ko because it does not include the required GPU
-               NVRM: System Processor (GSP).
-               NVRM: Please see the 'Open Linux Kernel Modules' and 'GSP
-               NVRM: Firmware' sections in the driver README, available on
-               NVRM: the Linux graphics driver download page at
-               NVRM: www.nvidia.com.
-[  166.261422] nvidia: probe of 0000:01:00.0 failed with error -1
-[  166.261517] NVRM: The NVIDIA probe routine failed for 1 device(s).
-[  166.261520] NVRM: None of the NVIDIA devices were initialized.
-"""
 
 # R367 wording ("the <version> NVIDIA Linux driver release.  Please see 'Appendix" on one
 # line), modelled on Bumblebee-Project/Bumblebee #810.
