@@ -56,6 +56,10 @@ _CDI = re.compile(_loose("unresolvable CDI devices") + r"\s+((?:[\w.\-]+/[\w.\-]
 _CLI = re.compile(r"nvidia-container-cli: (\w+) error: (.+?)(?::\s*unknown\.?|\\n|\"|$)", re.M)
 _BIN_MISSING = re.compile(r"fork/exec (\S*nvidia-container-runtime\S*): no such file or directory"
                           r"|exec: \"(nvidia-container-runtime[\w-]*)\": executable file not found in \$PATH")
+# libnvidia-container's requirement check (src/dsl.c): 1.0.0 betas print the failed condition as
+# "cuda >= 9.1" (NVIDIA/nvidia-docker #688), 1.0.x "cuda>=10.0" with nothing after it
+# (Xilinx/Vitis-AI #103), 1.3+ "cuda>=11.0, please update your driver ..." (nvidia-docker #1442).
+_CUDA_REQ = re.compile(_loose("unsatisfied condition:") + r"\s*(cuda\s*[<>=!]+\s*[\d.]*\d)")
 _NVML_UNKNOWN = re.compile(r"Failed to initialize NVML: Unknown Error")
 _GPU_L = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)$")
 
@@ -117,7 +121,8 @@ def read_toolkit_error(text) -> dict:
         return _finding("CDI_DEVICE_UNRESOLVABLE", "fail", cause, fix, device=device, automatic=auto)
     m = _CLI.search(flat)
     if m:
-        stage, message = m.group(1), m.group(2).strip()
+        # Docker 19.03's nested quoting leaves the escapes of "\\n" before the cut: not part of the message.
+        stage, message = m.group(1), m.group(2).strip().rstrip("\\").rstrip()
         if stage == "initialization" and "driver not loaded" in message:
             return _finding("NVML_DRIVER_NOT_LOADED", "fail",
                             "nvidia-container-cli: the NVIDIA kernel driver is not loaded on the host",
@@ -129,12 +134,13 @@ def read_toolkit_error(text) -> dict:
                             "is missing or not in the ld cache",
                             "install the driver's user-space libraries on the host and run ldconfig",
                             stage=stage, message=message)
-        req = re.search(r"unsatisfied condition: (\S+?),", message)
+        req = _CUDA_REQ.search(message)
         if stage == "requirement" and req:
+            requirement = re.sub(r"\s+", "", req.group(1))
             return _finding("CUDA_REQUIREMENT_UNMET", "fail",
-                            f"the image requires {req.group(1)}, newer than the host driver supports",
+                            f"the image requires {requirement}, newer than the host driver supports",
                             "update the host driver, or use an image built for an older CUDA",
-                            stage=stage, message=message, requirement=req.group(1))
+                            stage=stage, message=message, requirement=requirement)
         return _finding("NVIDIA_CONTAINER_CLI_ERROR", "fail", f"nvidia-container-cli {stage} error: {message}",
                         "run 'nvidia-container-cli -k -d /dev/tty info' on the host to see the failing step",
                         stage=stage, message=message)

@@ -274,3 +274,36 @@ def test_n05_fix_is_the_roles_udev_rule():
     assert "71-nvidia-dev-char.rules" in fix
     tasks = (ROOT / "roles/nvidia_container_toolkit/tasks/cdi.yml").read_text()
     assert 'ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", RUN+=' in tasks
+
+
+# libnvidia-container before 1.3 printed the failed CUDA requirement without the ", please update
+# your driver ..." tail, 1.0.0 betas with spaces around the operator; Docker 19.03 nests it in
+# escaped quotes. Each is CUDA_REQUIREMENT_UNMET, the escapes are not part of the message.
+@pytest.mark.parametrize(
+    ("text", "requirement"),
+    [
+        # Xilinx/Vitis-AI issue #103 (libnvidia-container 1.0.x, Docker 19.03)
+        (r'''docker: Error response from daemon: OCI runtime create failed: container_linux.go:345: starting container process caused "process_linux.go:430: container init caused \"process_linux.go:413: running prestart hook 0 caused \\\"error running hook: exit status 1, stdout: , stderr: nvidia-container-cli: requirement error: unsatisfied condition: cuda>=10.0\\\\n\\\"\"": unknown.''',  # noqa: E501
+         "cuda>=10.0"),
+        # NVIDIA/nvidia-docker issue #688 (1.0.0 beta: "cuda >= 9.1")
+        (r'''docker: Error response from daemon: OCI runtime create failed: container_linux.go:348: starting container process caused "process_linux.go:402: container init caused \"process_linux.go:385: running prestart hook 1 caused \\\"error running hook: exit status 1, stdout: , stderr: exec command: [/usr/bin/nvidia-container-cli --load-kmods --debug=/var/log/nvidia-container-runtime-hook.log configure --ldconfig=@/sbin/ldconfig --device=all --compute --utility --require=cuda>=9.1 --pid=11610 /var/lib/docker/overlay2/920386bc1cb31955efecd7e335a324cca61bc74709b8b03ff64228f76d197872/merged]\\\\nnvidia-container-cli: requirement error: unsatisfied condition: cuda >= 9.1\\\\n\\\"\"": unknown. ''',  # noqa: E501
+         "cuda>=9.1"),
+        # NVIDIA/nvidia-docker issue #543: the same, wrapped by the terminal inside "condition"
+        ('container_linux.go:265: starting container process caused "process_linux.go:368: container init caused '
+         '\\"process_linux.go:351: running p\nrestart hook 1 caused \\\\\\"error running hook: exit status 1, stdout: '
+         ', stderr: exec command: [/usr/bin/nvidia-container-cli --load-kmods\n configure --ldconfig=@/sbin/ldconfig '
+         '--device=all --compute --utility --require=cuda>=9.0 --pid=36229 /data/dockerdata/devicemapper/mnt\n'
+         '/ab7fe7a46710e331a8dacffa0f1f3831244d383abf819014adf6a2ba950ee189/rootfs]\\\\\\\\nnvidia-container-cli: '
+         'requirement error: unsatisfied condi\ntion: cuda >= 9.0\\\\\\\\n\\\\\\"\\""\n', "cuda>=9.0"),
+        # NVIDIA/nvidia-docker issue #1442 (1.3+, Docker 20.10)
+        ("docker: Error response from daemon: OCI runtime create failed: container_linux.go:370: starting container "
+         "process caused: process_linux.go:459: container init caused: Running hook #0:: error running hook: exit "
+         "status 1, stdout: , stderr: nvidia-container-cli: requirement error: unsatisfied condition: cuda>=11.0, "
+         "please update your driver to a newer version, or use an earlier cuda container: unknown.", "cuda>=11.0"),
+    ],
+)
+def test_cuda_requirement_in_every_libnvidia_container_form(text, requirement):
+    err = read_toolkit_error(text)
+    assert err["class"] == "CUDA_REQUIREMENT_UNMET"
+    assert err["requirement"] == requirement
+    assert not err["message"].endswith("\\")
