@@ -160,17 +160,21 @@ def check_socket_ifname(value: str, interfaces=None) -> list:
 def parse_nccl_conf(text: str) -> dict:
     """``KEY=VALUE`` lines of an nccl.conf as NCCL reads them (split at the first ``=``).
 
-    Lines without ``=`` and ``#`` comments are skipped; the value is kept verbatim. The FIRST
-    line that sets a key wins, as in NCCL: src/misc/param.cc ``setEnvFile`` calls
-    ``setenv(name, value, 0)``, which never overwrites a variable already set.
+    NCCL (src/misc/param.cc ``setEnvFile``) reads each line with ``getline``, skips it when it
+    starts with ``#`` (column 0) or has no ``=``, drops only the final ``\n`` and sets the text
+    before the first ``=`` as the variable name and the rest as its value, both verbatim: no
+    whitespace or quote stripping, no ``export``. So ``NCCL_DEBUG = INFO`` sets a variable named
+    ``"NCCL_DEBUG "`` (NCCL_DEBUG stays unset), ``  NCCL_DEBUG=INFO`` one named ``"  NCCL_DEBUG"``,
+    and a CRLF file gives values ending in ``\r``; the keys and values here are those texts
+    (lint_nccl_conf() names such lines). The FIRST line that sets a key wins, as in NCCL:
+    ``setenv(name, value, 0)`` never overwrites a variable already set.
     """
     out = {}
-    for line in str(text).splitlines():
-        s = line.strip()
-        if not s or s.startswith("#") or "=" not in s:
+    for line in str(text).split("\n"):
+        if not line or line.startswith("#") or "=" not in line:
             continue
-        key, _, value = s.partition("=")
-        out.setdefault(key.strip(), value)
+        key, _, value = line.partition("=")
+        out.setdefault(key, value)
     return out
 
 
@@ -233,6 +237,15 @@ def lint_nccl_conf(text: str, interfaces=None, gids=None, ipv4=None) -> list:
     findings = []
     conf = parse_nccl_conf(text)
     for key, value in conf.items():
+        name = key.strip()
+        if name.startswith("export ") or name.startswith("export\t"):
+            name = name[len("export"):].strip()
+        if key != name and name.startswith("NCCL_"):
+            findings.append(f"{key}={value}: NCCL takes the text before '=' verbatim as the name, so this sets "
+                            f"{key!r}, not {name}; write '{name}=<value>' (no spaces around '=', no 'export')")
+        if value != value.rstrip() and key.strip().startswith(("NCCL_", "export")):
+            findings.append(f"{key}={value.rstrip()}: the value ends in whitespace or a carriage return "
+                            f"(CRLF file?), which NCCL keeps as part of the value; remove it")
         if value[:1] in ("'", '"'):
             findings.append(f"{key}={value}: NCCL does not strip quotes; write the bare value")
     if "NCCL_SOCKET_IFNAME" in conf:

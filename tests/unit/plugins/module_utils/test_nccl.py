@@ -368,3 +368,20 @@ def test_merge_nccl_conf_replaces_a_file_an_older_gpucluster_wrote_whole():
     assert parse_nccl_conf(out["text"]) == {"NCCL_SOCKET_IFNAME": "=eth1"}
     assert out["overridden"] == [] and out["user_lines"] == []
     assert merge_nccl_conf("", {"NCCL_SOCKET_IFNAME": "=eth1"})["text"] == out["text"]
+
+
+def test_parse_nccl_conf_keeps_names_and_values_verbatim_as_nccl_setenvfile():
+    # NVIDIA/nccl src/misc/param.cc setEnvFile(): skips lines starting with '#' or without '=',
+    # drops only the final '\n', and setenv()s the text before the first '=' as the name and the
+    # rest as the value, verbatim (no strip, no 'export', '\r' of a CRLF file kept).
+    text = ("# site tuning\nNCCL_DEBUG = INFO\n  NCCL_IB_HCA=mlx5_0\nexport NCCL_SOCKET_IFNAME=eth0\n"
+            "NCCL_IB_TIMEOUT=22\r\nNCCL_NET_GDR_LEVEL=PHB\n")
+    assert parse_nccl_conf(text) == {"NCCL_DEBUG ": " INFO", "  NCCL_IB_HCA": "mlx5_0",
+                                     "export NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_TIMEOUT": "22\r",
+                                     "NCCL_NET_GDR_LEVEL": "PHB"}
+    findings = lint_nccl_conf(text)
+    assert len(findings) == 4
+    assert "sets 'NCCL_DEBUG ', not NCCL_DEBUG" in findings[0]
+    assert "not NCCL_IB_HCA" in findings[1] and "not NCCL_SOCKET_IFNAME" in findings[2]
+    assert "NCCL_IB_TIMEOUT=22" in findings[3] and "carriage return" in findings[3]
+    assert lint_nccl_conf("NCCL_DEBUG=INFO\nNCCL_IB_TIMEOUT=22\n") == []
