@@ -299,15 +299,20 @@ def parse_node_pages(text: str) -> dict:
 
     Reads pairs such as ``$ cat /sys/devices/system/node/node0/hugepages/hugepages-2048kB/
     free_hugepages`` followed by a number line. Returns
-    ``{node: {size_bytes: {"free_hugepages": n, ...}}}`` (node is an int).
+    ``{node: {size_bytes: {"free_hugepages": n, ...}}}`` (node is an int). Also reads
+    ``grep . /sys/devices/system/node/node*/hugepages/hugepages-*/*``, which puts each value
+    after its path and a colon on one line (``.../hugepages-1048576kB/nr_hugepages:3``).
     """
     out = {}
     pending = None
-    path_re = re.compile(r"node(\d+)/hugepages/hugepages-(\d+)kB/(\w+)")
+    path_re = re.compile(r"node(\d+)/hugepages/hugepages-(\d+)kB/(\w+)(?::\s*(\d+)\s*$)?")
     for line in str(text).splitlines():
         m = path_re.search(line)
         if m:
             pending = (int(m.group(1)), int(m.group(2)) * KiB, m.group(3))
+            if m.group(4) is not None:  # grep's "path:value" form
+                out.setdefault(pending[0], {}).setdefault(pending[1], {})[pending[2]] = int(m.group(4))
+                pending = None
             continue
         if pending and line.strip().isdigit():
             node, size, counter = pending

@@ -435,3 +435,25 @@ def test_describe_node_lost_indentation_and_cut_line():
         parse_node_resources("Capacity:\n cpu: 2\n hugepages-2Mi:\n")
     with pytest.raises(HugepagesError, match="line 2: .*memory '29373x' is not a Kubernetes quantity"):
         parse_node_resources("Capacity:\n memory: 29373x\n")
+
+
+def test_node_pages_from_grep_path_colon_value():
+    # `grep . /sys/devices/system/node/node*/hugepages/hugepages-*/*` as posted in an xmrig/xmrig
+    # issue thread (Spudz76, 2022-01-25); the value follows the path and a colon on the same line,
+    # which read as nothing at all before.
+    text = (
+        "# grep . /sys/devices/system/node/node*/hugepages/hugepages-*/*\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-1048576kB/free_hugepages:0\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-1048576kB/nr_hugepages:3\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-1048576kB/surplus_hugepages:0\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages:233\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages:240\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/surplus_hugepages:0\n"
+        "/sys/devices/system/node/node1/hugepages/hugepages-1048576kB/free_hugepages:0\n"
+        "/sys/devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages:3\n"
+        "/sys/devices/system/node/node1/hugepages/hugepages-1048576kB/surplus_hugepages:0\n"
+    )
+    pages = parse_node_pages(text)
+    assert pages[0][GiB] == {"free_hugepages": 0, "nr_hugepages": 3, "surplus_hugepages": 0}
+    assert pages[0][2 * MiB] == {"free_hugepages": 233, "nr_hugepages": 240, "surplus_hugepages": 0}
+    assert pages[1] == {GiB: {"free_hugepages": 0, "nr_hugepages": 3, "surplus_hugepages": 0}}
