@@ -186,6 +186,10 @@ def interfaces_from_ansible_facts(facts: dict) -> list:
 
 
 _IFCONFIG_OLD = re.compile(r"^(\S+?)\s+Link encap:(.*?)(?:\s+HWaddr\s+(\S+))?\s*$")
+_OLD_ENCAP_TYPES = {"Local Loopback": "loopback", "InfiniBand": "infiniband"}
+# lib/ib.c pr_ib() writes this to stderr each time it formats an IPoIB address; with 2>&1 it
+# lands at column 0 inside the block (after the inet lines in the net-tools >= 2.10 form).
+_IFCONFIG_IB_WARNING = "Infiniband hardware address can be incorrect!"
 _IFCONFIG_NEW = re.compile(r"^(\S+?):\s+flags=\d+<([^>]*)>(?:.*\bmtu\s+(\d+))?")
 
 
@@ -209,7 +213,7 @@ def parse_ifconfig(text: str) -> list:
                     "state": "unknown",
                     "ipv4": [],
                     "ipv6": [],
-                    "type": "loopback" if "Loopback" in m.group(2) else "ether",
+                    "type": _OLD_ENCAP_TYPES.get(m.group(2).strip(), "ether"),
                     "master": None,
                     "mtu": None,
                 }
@@ -229,6 +233,8 @@ def parse_ifconfig(text: str) -> list:
                 }
                 out.append(cur)
                 continue
+            if line.startswith(_IFCONFIG_IB_WARNING):
+                continue  # net-tools' stderr note inside an IPoIB block (lib/ib.c pr_ib), not a new block
             cur = None
             continue
         if cur is None:
@@ -241,6 +247,9 @@ def parse_ifconfig(text: str) -> list:
         m = re.match(r"inet6 addr:\s*(\S+)", s) or re.match(r"inet6 (\S+)\s+prefixlen (\d+)", s)
         if m:
             cur["ipv6"].append(m.group(1) if m.lastindex == 1 else f"{m.group(1)}/{m.group(2)}")
+            continue
+        if re.match(r"infiniband \S+.*\(InfiniBand\)$", s):  # net-tools >= 2.10 hardware line
+            cur["type"] = "infiniband"
             continue
         words = s.split()
         if "MTU:" in s or (words and words[0] in ("UP", "BROADCAST", "LOOPBACK", "MULTICAST")):

@@ -283,3 +283,24 @@ def test_new_style_ifconfig():
         parse_ifconfig("ifconfig: command not found")
 
 
+
+
+def test_ifconfig_ipoib_block_with_the_net_tools_stderr_warning():
+    # Real `ifconfig` (net-tools 2.10) paste of an IPoIB port, 2>&1: lib/ib.c pr_ib() writes the
+    # warning to stderr at column 0 inside the block; the hardware line names InfiniBand.
+    text = (
+        "ib0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 2044\n"
+        "        inet 10.66.80.44  netmask 255.255.240.0  broadcast 10.66.95.255\n"
+        "        inet6 fe80::22f1:7c03:c4:adfa  prefixlen 64  scopeid 0x20<link>\n"
+        "Infiniband hardware address can be incorrect! Please read BUGS section in ifconfig(8).\n"
+        "        infiniband 80:00:02:08:FE:80:00:00:00:00:00:00:00:00:00:00:00:00:00:00  txqueuelen 256  (InfiniBand)\n"
+        "        RX packets 8825440  bytes 518586377 (494.5 MiB)\n"
+        "\n"
+        "ibp194s0f1: flags=4099<UP,BROADCAST,MULTICAST>  mtu 4092\n"
+        "Infiniband hardware address can be incorrect! Please read BUGS section in ifconfig(8).\n"
+        "        infiniband xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx:xx  txqueuelen 256  (InfiniBand)\n"
+    )
+    got = [(i["name"], i["type"], i["ipv4"], i["mtu"]) for i in parse_ifconfig(text)]
+    assert got == [("ib0", "infiniband", ["10.66.80.44/20"], 2044), ("ibp194s0f1", "infiniband", [], 4092)]
+    old = "ib0       Link encap:InfiniBand  HWaddr 80:00:00:48:FE:80:00:00:00:00:00:00:00:00:00:00:00:00:00:00  \n"
+    assert parse_ifconfig(old)[0]["type"] == "infiniband"
