@@ -886,9 +886,9 @@ def _rule_shm_exhausted(text, ctx):
         # PyTorch (torch/lib/libshm, THAllocator): "unable to write to file </torch_...>: No space left on
         # device (28)"; DataLoader: "ERROR: Unexpected bus error encountered in worker. This might be caused by
         # insufficient shared memory (shm)." / "DataLoader worker (pid N) is killed by signal: Bus error.";
-        # NCCL src/misc/shmutils.cc: "Error: failed to extend /dev/shm/nccl-XXXX to N bytes" and "Error while
-        # creating shared memory segment"; the shell's "Bus error (core dumped)"; Open MPI's "exited on
-        # signal 7 (Bus error)".
+        # NCCL src/misc/shmutils.cc: "Error: failed to extend %s to %ld bytes" (the path is mkstemp's
+        # /dev/shm/nccl-<6 random characters>) and "Error while creating shared memory segment"; the
+        # shell's "Bus error (core dumped)"; Open MPI's "exited on signal 7 (Bus error)".
         r"unable to write to file </torch_|insufficient shared memory \(shm\)|is killed by signal: Bus error"
         r"|failed to extend /dev/shm/|Error while creating shared memory segment|Bus error \(core dumped\)"
         r"|exited on signal 7 \(Bus error\)|shm_open.*(?:No space left on device|Cannot allocate memory)"
