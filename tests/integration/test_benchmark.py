@@ -18,7 +18,9 @@ them are the real ones.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -235,8 +237,17 @@ def test_benchmark_end_to_end_writes_the_report(clean, n):
     assert (width, height) == (1100, 450)
     logs = sorted((out / "runs").glob("*.log"))
     assert len(logs) == n and all("mpirun" in log.read_text() for log in logs)
-    # The launcher exported the runtime profile and kept MPI off lo/docker0.
+    # The launcher exported the runtime profile and kept MPI on the nodes' network, off lo/docker0
+    # (Docker gives the sandbox network whichever pool is free: 172.x or 192.168.x).
     first = logs[-1].read_text()
-    assert "-x LIGHT_TOPK_RATIO=0.01" in first and "btl_tcp_if_include 172." in first
+    assert "-x LIGHT_TOPK_RATIO=0.01" in first
+    include = re.search(r"--mca btl_tcp_if_include (\S+)", first)
+    assert include, first
+    network = ipaddress.ip_network(include.group(1))
+    hosts = yaml.safe_load(clean.read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    assert all(ipaddress.ip_address(hosts[node]["ansible_host"]) in network for node in nodes)
+    assert not network.overlaps(ipaddress.ip_network("127.0.0.0/8"))
+    assert not network.overlaps(ipaddress.ip_network("172.17.0.0/16"))  # docker0
+    assert f"--mca oob_tcp_if_include {network}" in first
     assert f"written to {out}" in r.stdout
 
