@@ -34,12 +34,23 @@ options:
     elements: path
     default: []
   stat:
-    description: Paths to stat (symbolic links followed, as M(ansible.builtin.stat) does by default except for RV(stat.islnk)).
+    description:
+      - Paths to stat. Symbolic links are followed (M(ansible.builtin.stat) follows none by default);
+        RV(stat.islnk) says whether the path itself is a link, and a dangling link reads C(exists=false),
+        C(islnk=true).
     type: list
     elements: path
     default: []
   glob:
     description: Shell patterns to expand (Python's C(glob)), for example C(/sys/kernel/mm/hugepages/hugepages-*).
+    type: list
+    elements: str
+    default: []
+  find:
+    description:
+      - Shell patterns of which to list the regular files only (no directories, no symbolic links,
+        as M(ansible.builtin.find) with its default C(file_type=file) lists them), for example the
+        units a stage wrote and may have to remove, where a link (a user's C(/dev/null) mask) is not one of them.
     type: list
     elements: str
     default: []
@@ -106,6 +117,11 @@ glob:
   returned: always
   type: dict
   sample: {"/sys/kernel/mm/hugepages/hugepages-*": [/sys/kernel/mm/hugepages/hugepages-1048576kB]}
+find:
+  description: Pattern to its sorted regular files.
+  returned: always
+  type: dict
+  sample: {"/etc/systemd/network/70-gpucluster-*.network": [/etc/systemd/network/70-gpucluster-eth1.network]}
 which:
   description: Executable to its path, or null where the node has none.
   returned: always
@@ -129,6 +145,7 @@ ARGUMENT_SPEC = {
     "files": {"type": "list", "elements": "path", "default": []},
     "stat": {"type": "list", "elements": "path", "default": []},
     "glob": {"type": "list", "elements": "str", "default": []},
+    "find": {"type": "list", "elements": "str", "default": []},
     "which": {"type": "list", "elements": "str", "default": []},
     "realpath": {"type": "list", "elements": "path", "default": []},
     "max_bytes": {"type": "int", "default": 16 * 1024 * 1024},
@@ -192,6 +209,17 @@ def stat_path(path: str) -> dict:
             "islnk": islnk, "size": st.st_size, "mode": f"{statmod.S_IMODE(st.st_mode):04o}"}
 
 
+def regular_files(pattern: str) -> list[str]:
+    out = []
+    for path in sorted(globmod.glob(pattern)):
+        try:
+            if statmod.S_ISREG(os.lstat(path).st_mode):
+                out.append(path)
+        except OSError:
+            pass
+    return out
+
+
 def resolve(path: str):
     real = os.path.realpath(path)
     return real if os.path.exists(real) else None
@@ -210,6 +238,7 @@ def run(module) -> dict:
         "which": {name: module.get_bin_path(name) for name in p["which"]},
         "stat": {path: stat_path(path) for path in p["stat"]},
         "glob": {pattern: sorted(globmod.glob(pattern)) for pattern in p["glob"]},
+        "find": {pattern: regular_files(pattern) for pattern in p["find"]},
         "realpath": {path: resolve(path) for path in p["realpath"]},
         "files": {path: read_file(path, limit) for path in p["files"]},
         "commands": {name: run_command(module, name, spec, limit) for name, spec in p["commands"].items()},

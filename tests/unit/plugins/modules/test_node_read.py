@@ -36,6 +36,7 @@ def test_every_kind_of_read_in_one_run(tree, capsys):
         files=[str(tree / "file"), str(tree / "nothing")],
         stat=[str(tree / "file"), str(tree / "link"), str(tree / "dangling"), str(tree / "nothing")],
         glob=[str(tree / "dir" / "hugepages-*")],
+        find=[str(tree / "*")],
         which=["sh", "surely-no-such-tool-here"],
         realpath=[str(tree / "link"), str(tree / "dangling")],
     )
@@ -51,6 +52,8 @@ def test_every_kind_of_read_in_one_run(tree, capsys):
     assert r["stat"][str(tree / "nothing")] == {"exists": False}
     assert r["glob"] == {str(tree / "dir" / "hugepages-*"): [str(tree / "dir" / "hugepages-1048576kB"),
                                                             str(tree / "dir" / "hugepages-2048kB")]}
+    # find lists regular files only: not the directory, the link to it, nor the dangling link
+    assert r["find"] == {str(tree / "*"): [str(tree / "file")]}
     assert r["which"]["sh"].endswith("/sh") and r["which"]["surely-no-such-tool-here"] is None
     assert r["realpath"] == {str(tree / "link"): str(tree / "dir"), str(tree / "dangling"): None}
 
