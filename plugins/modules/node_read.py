@@ -98,17 +98,23 @@ EXAMPLES = r"""
 
 RETURN = r"""
 commands:
-  description: Name to C(rc), C(stdout), C(stderr), C(stdout_lines) and C(cmd) (the argv that ran, or the first alternative where none could).
+  description:
+    - Name to C(rc), C(stdout), C(stderr), C(stdout_lines) and C(cmd) (the argv that ran, or the
+      first alternative where none could).
   returned: always
   type: dict
-  sample: {ofed_info: {rc: 0, stdout: "MLNX_OFED_LINUX-5.8-3.0.7.0", stderr: "", stdout_lines: ["MLNX_OFED_LINUX-5.8-3.0.7.0"], cmd: [ofed_info, -s]}}
+  sample:
+    ofed_info: {rc: 0, stdout: "MLNX_OFED_LINUX-5.8-3.0.7.0", stderr: "",
+                stdout_lines: ["MLNX_OFED_LINUX-5.8-3.0.7.0"], cmd: [ofed_info, -s]}
 files:
   description: Path to the file's text, or null where it does not exist or cannot be read.
   returned: always
   type: dict
   sample: {/proc/meminfo: "MemTotal: 16318496 kB\n"}
 stat:
-  description: Path to C(exists), C(isdir), C(isreg), C(islnk), C(size) and C(mode) (octal, as M(ansible.builtin.stat) prints it).
+  description:
+    - Path to C(exists), C(isdir), C(isreg), C(islnk), C(size) and C(mode) (octal, as
+      M(ansible.builtin.stat) prints it).
   returned: always
   type: dict
   sample: {/sys/module/ib_core: {exists: true, isdir: true, isreg: false, islnk: false, size: 0, mode: "0755"}}
