@@ -91,11 +91,23 @@ contract:
   returned: always
   type: dict
   sample: {"nccl": {"data_interfaces": ["eth1"]}, "runtime": {"runtime": "lightcc"}}
+on_node:
+  description:
+    - Whether the module ran on the node (set by the action plugin). The first publish on a node in
+      a run always does; a later one in the same run whose O(data) this run's
+      C(ansible_local.gpucluster) already holds for O(stage) at the same O(path) and O(facts_path),
+      with O(state=present) and no O(remove_facts), answers from it (C(changed=false)).
+  returned: always
+  type: bool
 ansible_facts:
-  description: C(ansible_local) with C(gpucluster) set to O(contract) (by the action plugin).
-  returned: success
+  description:
+    - C(ansible_local) with C(gpucluster) set to O(contract), and C(gpucluster_contract_read), the
+      run and paths the module last read the contract at (by the action plugin, when the module ran).
+  returned: when the module ran on the node
   type: dict
-  sample: {"ansible_local": {"gpucluster": {"runtime": {"runtime": "lightcc"}}}}
+  sample: {"ansible_local": {"gpucluster": {"runtime": {"runtime": "lightcc"}}},
+           "gpucluster_contract_read": {"run": "41230:8812345", "path": /etc/gpucluster/contract.d,
+                                        "facts_path": /etc/ansible/facts.d}}
 """
 
 import json

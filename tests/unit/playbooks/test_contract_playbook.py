@@ -65,3 +65,60 @@ def test_a_node_without_local_facts_gathered_gets_the_contract_alone(tmp_path):
     r, out = _run(tmp_path, [_publish(tmp_path, "runtime", {"runtime": "horovod"}), _show(tmp_path, "seen.json")])
     assert r.returncode == 0, out
     assert json.loads((tmp_path / "seen.json").read_text()) == {"gpucluster": {"runtime": {"runtime": "horovod"}}}
+
+
+def _register(task, name):
+    return {**task, "register": name}
+
+
+def _keep(tmp_path, name, expr):
+    return {"name": f"Keep {name}", "ansible.builtin.copy": {
+        "content": "{{ " + expr + " | to_json }}", "dest": str(tmp_path / name), "mode": "0644"}}
+
+
+def test_a_later_publish_of_data_already_there_answers_without_the_node_and_a_new_run_reads_again(tmp_path):
+    """The first publish of a run runs the module; a later one whose data this run's contract holds
+    does not (on_node false). Data that differs still goes to the node, and the next run's first
+    publish reads the node again, so a stage file changed on the node between runs is mended."""
+    tasks = [
+        _register(_publish(tmp_path, "runtime", {"runtime": "horovod"}), "first"),
+        _register(_publish(tmp_path, "runtime", {"runtime": "horovod"}), "same"),
+        _register(_publish(tmp_path, "nccl", {"data_interfaces": ["eth1"]}), "other"),
+        _register(_publish(tmp_path, "nccl", {"data_interfaces": ["eth1"]}), "other_again"),
+        _register(_publish(tmp_path, "nccl", {"data_interfaces": ["eth2"]}), "changed_data"),
+        _keep(tmp_path, "flags.json", "[first.on_node, same.on_node, other.on_node, other_again.on_node, "
+              "changed_data.on_node, same.changed, changed_data.changed, ansible_local.gpucluster]"),
+    ]
+    r, out = _run(tmp_path, tasks)
+    assert r.returncode == 0, out
+    flags = json.loads((tmp_path / "flags.json").read_text())
+    assert flags == [True, False, True, False, True, False, True,
+                     {"runtime": {"runtime": "horovod"}, "nccl": {"data_interfaces": ["eth2"]}}]
+    assert json.loads((tmp_path / "contract.d" / "nccl.json").read_text()) == {"data_interfaces": ["eth2"]}
+
+    # Someone edits the runtime's file on the node between runs: the next run's first publish
+    # reads the node again and writes it back.
+    (tmp_path / "contract.d" / "runtime.json").write_text('{"runtime": "lightcc"}\n')
+    r, out = _run(tmp_path, [_register(_publish(tmp_path, "runtime", {"runtime": "horovod"}), "first"),
+                             _keep(tmp_path, "again.json", "[first.on_node, first.changed]")])
+    assert r.returncode == 0, out
+    assert json.loads((tmp_path / "again.json").read_text()) == [True, True]
+    assert json.loads((tmp_path / "contract.d" / "runtime.json").read_text()) == {"runtime": "horovod"}
+
+
+def test_a_later_publish_at_other_paths_or_withdrawing_still_runs_the_module(tmp_path):
+    other = {**_publish(tmp_path, "runtime", {"runtime": "horovod"})}
+    other["gpucluster.cluster.contract"] = {**other["gpucluster.cluster.contract"], "path": str(tmp_path / "c2")}
+    withdraw = _publish(tmp_path, "runtime", {})
+    withdraw["gpucluster.cluster.contract"] = {**withdraw["gpucluster.cluster.contract"], "state": "absent"}
+    r, out = _run(tmp_path, [
+        _publish(tmp_path, "runtime", {"runtime": "horovod"}),
+        _register(other, "other_path"),
+        _register(_publish(tmp_path, "runtime", {"runtime": "horovod"}), "back"),
+        _register(withdraw, "withdrawn"),
+        _keep(tmp_path, "flags.json", "[other_path.on_node, back.on_node, withdrawn.on_node, withdrawn.changed]"),
+    ])
+    assert r.returncode == 0, out
+    # back: the last read was at c2, so the first path is read again
+    assert json.loads((tmp_path / "flags.json").read_text()) == [True, True, True, True]
+    assert not (tmp_path / "contract.d" / "runtime.json").exists()
