@@ -9,11 +9,14 @@ The first publish on a node in a run always runs the module (it also mends the f
 From then on this run's ``ansible_local.gpucluster`` is the node's contract as the module read
 it, kept up to date by every publish, so a later publish whose data is already there (a rerun on
 a converged node) answers from it without a module run: each module run costs the controller a
-worker and a result per node."""
+worker and a result per node. The collection's strategy (mitogen_linear) runs this action in
+ansible-playbook itself first, so such a publish forks no worker at all; where the module has to
+run, the action asks for a worker instead."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpucluster.cluster.plugins.lookup.controller_run import playbook_pid, process_start
@@ -21,6 +24,16 @@ from ansible_collections.gpucluster.cluster.plugins.lookup.controller_run import
 DEFAULT_PATH = "/etc/gpucluster/contract.d"
 DEFAULT_FACTS_PATH = "/etc/ansible/facts.d"
 CHECKED = "gpucluster_contract_read"
+# The strategy's marker (plugins/strategy/mitogen_linear.py, NEEDS_WORKER) for "run me in a worker".
+NEEDS_WORKER = "_gpucluster_needs_worker"
+
+
+def in_worker() -> bool:
+    """Whether this runs in a task worker (a fork of ansible-playbook), as every action does under
+    Ansible's own strategies; mitogen_linear runs this one in ansible-playbook itself first."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    return isinstance(multiprocessing.current_process(), WorkerProcess)
 
 
 def run_key() -> str:
@@ -70,6 +83,10 @@ class ActionModule(ActionBase):
             result.update(changed=False, on_node=False, contract=local["gpucluster"],
                           path=f"{args.get('path', DEFAULT_PATH)}/{args['stage']}.json")
             return result
+        if not in_worker():
+            # The strategy tried this task in its own process first (mitogen_linear's
+            # CONTROLLER_FIRST_ACTIONS); the node is needed, so a worker runs it.
+            return {NEEDS_WORKER: True}
         result.update(self._execute_module(module_name="gpucluster.cluster.contract",
                                            module_args=args, task_vars=task_vars))
         if result.get("failed") or "contract" not in result:

@@ -352,6 +352,21 @@ def runs_in_controller(task) -> bool:
             and not task.until and not task.async_val and not task.timeout)
 
 
+# Actions that can often answer from what the controller already holds for the host (this run's
+# facts) and need the node only otherwise: the strategy runs them here first, and hands the task
+# to a worker where the action says it needs the node (NEEDS_WORKER in its result).
+CONTROLLER_FIRST_ACTIONS = frozenset({"gpucluster.cluster.contract"})
+NEEDS_WORKER = "_gpucluster_needs_worker"
+
+
+def tries_controller_first(task) -> bool:
+    """Whether ``task`` is one of CONTROLLER_FIRST_ACTIONS with nothing that makes TaskExecutor
+    wait or leave the task's host (as runs_in_controller)."""
+    return (_RawTaskResult is not None and task.resolved_action in CONTROLLER_FIRST_ACTIONS
+            and not task.loop_with and task.loop is None and task.delegate_to is None
+            and not task.until and not task.async_val and not task.timeout)
+
+
 def run_in_controller(host, task, task_vars, play_context, loader, variable_manager, final_q):
     """Run ``task`` on ``host`` with Ansible's own TaskExecutor, as WorkerProcess._run does, here
     instead of in a forked worker; return the result the worker would put on the results queue.
@@ -399,15 +414,19 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         bookkeeping (the queued task cache, v2_runner_on_start, one more pending result); the
         result is held for _wait_on_pending_results. Any other task goes to a worker."""
         result = controller_skip(host, task, task_vars, play_context, self._loader)
-        in_controller = result is None and runs_in_controller(task)
-        if result is None and not in_controller:
+        raw = None
+        if result is None and (runs_in_controller(task) or tries_controller_first(task)):
+            raw = run_in_controller(host, task, task_vars, play_context, self._loader, self._variable_manager,
+                                    self._final_q)
+            if isinstance(raw._return_data, dict) and raw._return_data.get(NEEDS_WORKER):
+                raw = None  # a controller-first action that needs the node: a worker runs it, from the start
+        if result is None and raw is None:
             return super()._queue_task(host, task, task_vars, play_context)
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
         self._tqm.send_callback("v2_runner_on_start", host, task)
         self._pending_results += 1
         self._held_results.append(
-            run_in_controller(host, task, task_vars, play_context, self._loader, self._variable_manager, self._final_q)
-            if in_controller else
+            raw if raw is not None else
             _RawTaskResult(host=host, task=task, return_data=result, task_fields=task.dump_attrs()))
         return None

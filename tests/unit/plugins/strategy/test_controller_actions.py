@@ -7,6 +7,8 @@ own templated values, with one fork fewer per such task and host."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.unit.plugins.strategy.harness import run_playbook
@@ -106,3 +108,39 @@ def test_one_hosts_failure_is_not_seen_by_the_next_host_in_the_same_task(tmp_pat
     (ours, _, _, recap), _ = _both(tmp_path, [task])
     assert ours.returncode == 2, ours.stdout
     assert [line.split(":")[0].strip() for line in recap if "failed=1" in line] == ["node-a"], ours.stdout
+
+
+def _publish(data, register):
+    return {"name": f"Publish {register}", "register": register, "gpucluster.cluster.contract": {
+        "stage": "runtime", "data": data, "path": "{{ out }}.{{ inventory_hostname }}.d",
+        "facts_path": "{{ out }}.{{ inventory_hostname }}.facts"}}
+
+
+def test_a_controller_first_action_answers_here_when_it_can_and_forks_a_worker_when_it_cannot(tmp_path):
+    """contract (CONTROLLER_FIRST_ACTIONS): the first publish of the run needs the node (a worker),
+    the same data again is answered from this run's facts in the strategy's process (no fork),
+    other data needs the node again. The same registered results as under Ansible's linear."""
+    tasks = [
+        _publish({"runtime": "horovod"}, "first"),
+        _publish({"runtime": "horovod"}, "same"),
+        _publish({"runtime": "lightcc"}, "other"),
+        {"name": "Write what was registered", "ansible.builtin.copy": {
+            "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
+            "content": "{{ {'first': first, 'same': same, 'other': other,"
+                       " 'local': ansible_local.gpucluster} | to_json }}"}},
+    ]
+    (ours, got, ours_forks, ours_recap), (plain, want, plain_forks, plain_recap) = _both(tmp_path, tasks)
+    assert ours.returncode == plain.returncode == 0, ours.stdout + ours.stderr + plain.stdout
+    def same_paths(result):  # each arm writes under its own name; the run key is each run's own
+        result = json.loads(json.dumps(result).replace("mitogen_linear.json", "linear.json"))
+        result.get("ansible_facts", {}).get("gpucluster_contract_read", {}).pop("run", None)
+        return result
+
+    for key in ("first", "same", "other"):
+        assert same_paths(got[key]) == same_paths(want[key]), key
+    assert [got[k]["on_node"] for k in ("first", "same", "other")] == [True, False, True]
+    assert [got[k]["changed"] for k in ("first", "same", "other")] == [True, False, True]
+    assert got["local"] == {"runtime": {"runtime": "lightcc"}}
+    assert ours_recap == plain_recap
+    # first, other and the copy fork on each host; same does not
+    assert plain_forks - ours_forks == 2 and ours_forks == 3 * 2, (plain_forks, ours_forks)
