@@ -123,6 +123,31 @@ options:
       - Default is the C(dockerd --version) of the dockerd on PATH. Without either, only what every
         release from 20.10 to 28.5 refuses is refused, and the messages name the releases.
     type: str
+  contribution_name:
+    description:
+      - Keep one role's contribution, O(contribution), as C(<contributions_dir>/<name>.json) in the same
+        run (the docker role's C(tasks/contribute.yml)). The file is written (C(0644), its directory
+        C(0755), both C(root)) with the text Ansible's C(to_nice_json) gives, plus a newline, and
+        only when that text differs from the file's. An empty O(contribution) withdraws it (the
+        file is deleted).
+      - The merge then uses O(contribution) in place of the file's old text. Everything the merge
+        refuses (a key dockerd does not know or with the wrong JSON type, two sources giving one key
+        different values, a flag conflict, a missing runtime binary, C(dockerd --validate)) is
+        refused before the contribution file or anything else is written.
+      - Requires O(contributions_dir) and O(contribution).
+    type: str
+  contribution:
+    description:
+      - The daemon.json keys of O(contribution_name); C({}) withdraws them.
+    type: dict
+  only_if_unit_loaded:
+    description:
+      - Merge only where this systemd unit (C(docker.service)) is loaded, as
+        C(systemctl show -p LoadState --value) reports it. Elsewhere (the engine is not installed
+        yet) the merge is left to a later run, and only the O(contribution_name) file is written, after
+        the keys of all sources are checked as the merge would check them (O(check_keys); one owner
+        per key), RV(merged) and RV(restart_pending) are false and daemon.json is not read.
+    type: str
   state:
     description:
       - C(merged) merges (the default). C(rolled_back) puts back the file (and record) the
@@ -163,6 +188,17 @@ EXAMPLES = r"""
     settings:
       default-runtime: nvidia
   notify: Restart Docker
+
+- name: Keep the rdma role's keys and merge them where the engine is installed
+  gpucluster.cluster.docker_daemon_json:
+    contributions_dir: /etc/gpucluster/docker.d
+    contribution_name: rdma
+    contribution:
+      default-ulimits:
+        memlock: {Name: memlock, Soft: -1, Hard: -1}
+    only_if_unit_loaded: docker.service
+    managed_file: /etc/gpucluster/daemon-json-managed.json
+    pending_file: /run/gpucluster/docker-restart-pending.json
 
 - name: Roll back (toolkit uninstalled)
   gpucluster.cluster.docker_daemon_json:
@@ -221,7 +257,21 @@ removed_keys:
   elements: str
 restart_pending:
   description: Whether dockerd still has to be restarted to run this file (marker present).
+    Always false where RV(merged) is false.
   returned: always
+  type: bool
+merged:
+  description: Whether daemon.json was merged (false where O(only_if_unit_loaded) is not loaded).
+  returned: always
+  type: bool
+contribution_file:
+  description: The file of O(contribution_name).
+  returned: when O(contribution_name) is given
+  type: str
+  sample: /etc/gpucluster/docker.d/rdma.json
+contribution_changed:
+  description: Whether the contribution file (or its directory) was, or in check mode would be, written or removed.
+  returned: when O(contribution_name) is given
   type: bool
 validation:
   description: How the new text was validated (C(dockerd --validate) or this module's checks only, and why).
@@ -279,6 +329,9 @@ ARGUMENT_SPEC = dict(
     pending_file=dict(type="path"),
     check_keys=dict(type="bool", default=True),
     dockerd_version=dict(type="str"),
+    contribution_name=dict(type="str"),
+    contribution=dict(type="dict"),
+    only_if_unit_loaded=dict(type="str"),
     state=dict(type="str", choices=["merged", "rolled_back"], default="merged"),
 )
 
@@ -375,17 +428,23 @@ def _write_atomic(module, dest, text, mode):
     module.atomic_move(tmp, dest)
 
 
-def _contributions(module, p):
-    """[(name, settings)]: the directory's files in name order, then ``contributions``, then ``settings``."""
+def _contributions(module, p, mine=None):
+    """[(name, settings)]: the directory's files in name order, then ``contributions``, then ``settings``.
+    ``mine`` (``_own_contribution``): its file counts with its new settings, or not at all when withdrawn."""
     out = []
     d = p["contributions_dir"]
-    if d and os.path.isdir(d):
-        for f in sorted(glob.glob(os.path.join(d, "*.json"))):
-            try:
-                cfg = load(_read_text(module, f) or "", f)
-            except DaemonJsonError as exc:
-                module.fail_json(msg=f"not writing {p['path']}: contribution {exc}", path=p["path"])
-            out.append((f, cfg))
+    files = sorted(glob.glob(os.path.join(d, "*.json"))) if d and os.path.isdir(d) else []
+    if mine is not None:
+        files = sorted({f for f in files if f != mine["path"]} | ({mine["path"]} if mine["settings"] else set()))
+    for f in files:
+        if mine is not None and f == mine["path"]:
+            out.append((f, mine["settings"]))
+            continue
+        try:
+            cfg = load(_read_text(module, f) or "", f)
+        except DaemonJsonError as exc:
+            module.fail_json(msg=f"not writing {p['path']}: contribution {exc}", path=p["path"])
+        out.append((f, cfg))
     for c in p["contributions"]:
         if not isinstance(c.get("settings"), dict) or not c.get("name"):
             module.fail_json(msg=f"contributions: each item needs 'name' and a dict 'settings', got {c!r}")
@@ -437,6 +496,112 @@ def rollback(module):
                      removed_keys=[], restart_pending=True, backup_file=pending.get("backup_file") or "")
 
 
+def _nice_json(settings):
+    """The text Ansible's ``to_nice_json`` gives (json.dumps, indent 4, sorted keys), plus a newline:
+    what the contribution files have always held, so a converged node's file compares equal."""
+    return json.dumps(settings, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def _own_contribution(module, p):
+    """O(contribution_name)'s file: ``{"path", "settings", "text"}`` (``text`` None: withdrawn), with
+    ``before`` (the file's text, None when absent) and ``changed``; None without O(contribution_name)."""
+    name = p["contribution_name"]
+    if name is None:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+        module.fail_json(msg=f"contribution_name {name!r}: a role's name (letters, digits, '_', '.', '-'), "
+                             "which names its file in contributions_dir")
+    path = os.path.join(p["contributions_dir"], name + ".json")
+    try:
+        with open(path, "rb") as f:
+            before = f.read()
+    except FileNotFoundError:
+        before = None
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read {path}: {exc}", path=path)
+    settings = p["contribution"] or {}
+    text = _nice_json(settings) if settings else None
+    changed = (before is not None) if text is None else before != text.encode("utf-8")
+    return dict(path=path, settings=settings, text=text, changed=changed,
+                before=before.decode("utf-8", "replace") if before is not None else None)
+
+
+def _ensure_root_owned(module, path, mode, changed):
+    changed = module.set_mode_if_different(path, mode, changed)
+    changed = module.set_owner_if_different(path, "root", changed)
+    return module.set_group_if_different(path, "root", changed)
+
+
+def _keep_contribution(module, mine):
+    """Write (or delete) O(contribution_name)'s file, creating its directory (0755 root) as the
+    file task did; in check mode only says whether it would. -> changed."""
+    directory = os.path.dirname(mine["path"])
+    changed = mine["changed"]
+    missing = []
+    d = directory
+    while d and not os.path.isdir(d):
+        missing.insert(0, d)
+        d = os.path.dirname(d) if os.path.dirname(d) != d else ""
+    if missing:
+        changed = True
+    if module.check_mode:
+        if not missing:
+            changed = _ensure_root_owned(module, directory, 0o755, changed)
+        if mine["text"] is not None and mine["before"] is not None:
+            changed = _ensure_root_owned(module, mine["path"], 0o644, changed)
+        return changed
+    for d in missing:
+        os.mkdir(d, 0o755)
+    for d in missing or [directory]:
+        changed = _ensure_root_owned(module, d, 0o755, changed)
+    if mine["text"] is None:
+        if mine["before"] is not None:
+            os.remove(mine["path"])
+        return changed
+    if mine["changed"]:
+        _write_atomic(module, mine["path"], mine["text"], 0o644)
+    return _ensure_root_owned(module, mine["path"], 0o644, changed)
+
+
+def _unit_load_state(module, unit):
+    """``systemctl show -p LoadState --value <unit>``: ``loaded``, ``not-found``, ``masked``, ..."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg=f"cannot tell whether {unit} is loaded: systemctl not found (nothing written)")
+    rc, out, err = module.run_command([systemctl, "show", "-p", "LoadState", "--value", unit])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed (nothing written): {(err or out).strip()}", rc=rc)
+    return (out or "").strip()
+
+
+def _keep_only(module, mine, sources, version):
+    """The engine's unit is not loaded: check every source's keys as the merge will, keep the
+    contribution file, leave daemon.json to the merge of a later run."""
+    p = module.params
+    what = mine["path"] if mine else "anything"
+    if mine:
+        try:
+            desired = merge_contributions(sources)
+        except ValueError as exc:
+            module.fail_json(msg=f"not writing {what}: {exc}", path=mine["path"])
+        bad = check_keys(desired, version=version) if p["check_keys"] else []
+        if bad:
+            module.fail_json(msg=f"not writing {what} (nothing changed): " + " ".join(b.message for b in bad),
+                             path=mine["path"], invalid_keys=[b.key for b in bad])
+    changed = _keep_contribution(module, mine) if mine else False
+    result = dict(
+        changed=changed, path=p["path"], config={}, backup_file="", dockerd_flags=[],
+        validation=f"not merged: {p['only_if_unit_loaded']} is not loaded", changed_keys=[], removed_keys=[],
+        restart_pending=False, merged=False,
+    )
+    if mine:
+        result.update(contribution_file=mine["path"], contribution_changed=changed)
+        if module._diff:
+            result["diff"] = [dict(before=mine["before"] or "", after=mine["text"] or "",
+                                   before_header=mine["path"], after_header=mine["path"])]
+    module.exit_json(**result)
+
+
 def run(module, which=None):
     """The module's work on ``module.params``; ends in exit_json / fail_json."""
     p = module.params
@@ -445,7 +610,12 @@ def run(module, which=None):
     if p["state"] == "rolled_back":
         rollback(module)
 
+    mine = _own_contribution(module, p)
     version = _dockerd_version(module)
+    if p["only_if_unit_loaded"] and _unit_load_state(module, p["only_if_unit_loaded"]) != "loaded":
+        _keep_only(module, mine, _contributions(module, p, mine), version)
+    # What a refusal names: nothing is written before every check passed.
+    what = f"{mine['path']} or {path}" if mine else path
     try:
         before_text = _read_text(module, path, version)
         existing = load(before_text or "", path, version)
@@ -453,16 +623,16 @@ def run(module, which=None):
         module.fail_json(msg=str(exc), path=path, line=exc.lineno, column=exc.colno,
                          problems=[dict(x._asdict()) for x in exc.problems])
     before_text = before_text or ""
-    sources = _contributions(module, p)
+    sources = _contributions(module, p, mine)
     try:
         desired = merge_contributions(sources)
     except ValueError as exc:
-        module.fail_json(msg=f"not writing {path}: {exc}", path=path)
+        module.fail_json(msg=f"not writing {what}: {exc}", path=path)
     if p["check_keys"]:
         bad = check_keys(desired, version=version)
         if bad:
             module.fail_json(
-                msg=f"not writing {path} (nothing changed): " + " ".join(b.message for b in bad),
+                msg=f"not writing {what} (nothing changed): " + " ".join(b.message for b in bad),
                 path=path, invalid_keys=[b.key for b in bad])
         known = known_keys(version)
         for b in check_keys(existing, [k for k in existing if k not in known and k not in desired], version=version):
@@ -500,7 +670,7 @@ def run(module, which=None):
             else:
                 module.warn(m.message)
     if errors:
-        module.fail_json(msg=f"not writing {path}:\n" + "\n".join(errors), path=path, errors=errors,
+        module.fail_json(msg=f"not writing {what}:\n" + "\n".join(errors), path=path, errors=errors,
                          dockerd_flags=[dict(f._asdict()) for f in flags])
 
     content_changed = merged != existing
@@ -509,6 +679,8 @@ def run(module, which=None):
     if content_changed:
         validation = _validate(module, path, after_text)
 
+    # Every check passed: the contribution file first (as its copy task did), then daemon.json.
+    mine_changed = _keep_contribution(module, mine) if mine else False
     backup_file = ""
     pending = _read_pending(module, p["pending_file"])
     if content_changed and not module.check_mode:
@@ -525,7 +697,7 @@ def run(module, which=None):
             _write_atomic(module, p["pending_file"], json.dumps(pending, indent=2) + "\n", 0o600)
         _write_atomic(module, path, after_text, None)
 
-    changed = content_changed
+    changed = content_changed or mine_changed
     if os.path.exists(path):
         changed = module.set_mode_if_different(path, p["mode"], changed)
     if p["managed_file"]:
@@ -540,16 +712,23 @@ def run(module, which=None):
         changed=changed, path=path, config=merged, backup_file=backup_file,
         dockerd_flags=[dict(f._asdict()) for f in flags], validation=validation,
         changed_keys=plan.changed, removed_keys=plan.removed,
-        restart_pending=pending is not None or (module.check_mode and content_changed),
+        restart_pending=pending is not None or (module.check_mode and content_changed), merged=True,
     )
     if module._diff:
         result["diff"] = dict(before=before_text, after=after_text,
                               before_header=path, after_header=path)
+    if mine:
+        result.update(contribution_file=mine["path"], contribution_changed=mine_changed)
+        if module._diff:
+            result["diff"] = [dict(before=mine["before"] or "", after=mine["text"] or "",
+                                   before_header=mine["path"], after_header=mine["path"]), result["diff"]]
     module.exit_json(**result)
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_by=dict(contribution_name=("contributions_dir", "contribution")),
+                           required_together=[("contribution_name", "contribution")])
     run(module)
 
 

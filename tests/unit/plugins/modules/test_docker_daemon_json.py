@@ -448,3 +448,162 @@ def test_rollback_of_a_file_that_did_not_exist_removes_it_and_without_marker_fai
     (tmp_path / "run/gpucluster/docker-restart-pending.json").unlink()
     again = run(state="rolled_back", **args)
     assert again["failed"] and "nothing to roll back" in again["msg"]
+
+
+# --- contribute.yml's one run: keep a role's contribution file, merge where the engine's unit is loaded ---
+
+NICE_RDMA = json.dumps(RDMA_ULIMITS, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+@pytest.fixture
+def unit_state(monkeypatch):
+    """docker.service's LoadState as systemctl would report it (``state["value"]``), and the units asked."""
+    state = {"value": "loaded", "asked": []}
+
+    def load_state(module, unit):
+        state["asked"].append(unit)
+        return state["value"]
+
+    monkeypatch.setattr(docker_daemon_json, "_unit_load_state", load_state)
+    return state
+
+
+def contribute_args(tmp_path, name="rdma", settings=RDMA_ULIMITS, **extra):
+    return owner_args(tmp_path, contribution_name=name, contribution=settings, only_if_unit_loaded="docker.service",
+                      contributions=[{"name": "docker role", "settings": {"log-driver": "json-file"}}], **extra)
+
+
+def test_contribution_file_is_written_as_to_nice_json_and_merged_then_a_rerun_changes_nothing(run, tmp_path,
+                                                                                              unit_state):
+    path = write(tmp_path / "etc/docker/daemon.json", '{"dns": ["192.0.2.53"]}\n')
+    contrib = tmp_path / "etc/gpucluster/docker.d/rdma.json"
+    first = run(**contribute_args(tmp_path))
+    assert unit_state["asked"] == ["docker.service"]
+    assert first["changed"] and first["merged"] and first["contribution_changed"]
+    assert first["contribution_file"] == str(contrib)
+    # the text ansible.builtin.copy wrote from `settings | to_nice_json` + newline
+    assert contrib.read_text() == NICE_RDMA
+    assert stat.S_IMODE(contrib.stat().st_mode) == 0o644
+    assert stat.S_IMODE(contrib.parent.stat().st_mode) == 0o755
+    cfg = load(path.read_text())
+    assert cfg["default-ulimits"] == RDMA_ULIMITS["default-ulimits"] and cfg["dns"] == ["192.0.2.53"]
+    assert first["restart_pending"] and set(first["changed_keys"]) == {"default-ulimits", "log-driver"}
+    assert first["backup_file"]
+    record = json.loads((tmp_path / "etc/gpucluster/daemon-json-managed.json").read_text())
+    assert str(contrib) in record["sources"]
+
+    (tmp_path / "run/gpucluster/docker-restart-pending.json").unlink()  # the verified restart
+    written = (path.read_bytes(), contrib.read_bytes(), contrib.stat().st_mtime_ns)
+    second = run(**contribute_args(tmp_path))
+    assert second["changed"] is False and second["contribution_changed"] is False
+    assert second["restart_pending"] is False and second["merged"] is True
+    assert (path.read_bytes(), contrib.read_bytes(), contrib.stat().st_mtime_ns) == written
+
+
+def test_a_file_the_copy_task_wrote_compares_equal(run, tmp_path, unit_state):
+    """A converged node's file, written by the old copy task, is left alone (no change, same text)."""
+    contrib = write(tmp_path / "etc/gpucluster/docker.d/rdma.json", NICE_RDMA)
+    unit_state["value"] = "not-found"
+    result = run(**contribute_args(tmp_path))
+    assert result["changed"] is False and result["contribution_changed"] is False
+    assert contrib.read_text() == NICE_RDMA
+
+
+def test_withdrawing_deletes_the_file_and_takes_the_keys_out(run, tmp_path, unit_state):
+    path = tmp_path / "etc/docker/daemon.json"
+    contrib = tmp_path / "etc/gpucluster/docker.d/rdma.json"
+    run(**contribute_args(tmp_path))
+    assert "default-ulimits" in load(path.read_text())
+    gone = run(**contribute_args(tmp_path, settings={}))
+    assert gone["changed"] and gone["contribution_changed"] and not contrib.exists()
+    assert "default-ulimits" not in load(path.read_text())
+    assert "default-ulimits.memlock.Soft" in gone["removed_keys"]
+    again = run(**contribute_args(tmp_path, settings={}))
+    assert again["changed"] is False and again["contribution_changed"] is False
+
+
+def test_check_mode_writes_nothing_and_reports_both_files(run, tmp_path, unit_state):
+    path = write(tmp_path / "etc/docker/daemon.json", '{"dns": ["192.0.2.53"]}\n')
+    result = run(check_mode=True, diff=True, **contribute_args(tmp_path))
+    assert result["changed"] and result["contribution_changed"] and result["merged"]
+    assert not (tmp_path / "etc/gpucluster").exists() and not (tmp_path / "run/gpucluster").exists()
+    assert path.read_text() == '{"dns": ["192.0.2.53"]}\n'
+    # the merge already sees the new contribution (the copy task's check mode left it out)
+    assert result["config"]["default-ulimits"] == RDMA_ULIMITS["default-ulimits"]
+    assert result["restart_pending"] is True
+    contrib_diff, daemon_diff = result["diff"]
+    assert contrib_diff["before"] == "" and contrib_diff["after"] == NICE_RDMA
+    assert contrib_diff["after_header"].endswith("docker.d/rdma.json")
+    assert "default-ulimits" in daemon_diff["after"] and daemon_diff["before"] == '{"dns": ["192.0.2.53"]}\n'
+
+
+def test_check_mode_withdrawal_reports_without_deleting(run, tmp_path, unit_state):
+    contrib = write(tmp_path / "etc/gpucluster/docker.d/rdma.json", NICE_RDMA)
+    contrib.parent.chmod(0o755)
+    unit_state["value"] = "not-found"
+    result = run(check_mode=True, **contribute_args(tmp_path, settings={}))
+    assert result["changed"] and result["contribution_changed"] and contrib.read_text() == NICE_RDMA
+
+
+def test_unit_not_loaded_keeps_the_file_and_leaves_daemon_json_to_the_docker_stage(run, tmp_path, unit_state):
+    unit_state["value"] = "not-found"
+    user = write(tmp_path / "etc/docker/daemon.json", '{"dns": ["192.0.2.53"]}\n')
+    result = run(diff=True, **contribute_args(tmp_path))
+    assert result["changed"] and result["contribution_changed"] and result["merged"] is False
+    assert result["restart_pending"] is False and result["backup_file"] == "" and result["changed_keys"] == []
+    assert (tmp_path / "etc/gpucluster/docker.d/rdma.json").read_text() == NICE_RDMA
+    assert user.read_text() == '{"dns": ["192.0.2.53"]}\n' and not backups(user)
+    assert not (tmp_path / "etc/gpucluster/daemon-json-managed.json").exists()
+    assert not (tmp_path / "run/gpucluster").exists()
+    assert result["diff"] == [{"before": "", "after": NICE_RDMA, "before_header": result["contribution_file"],
+                               "after_header": result["contribution_file"]}]
+    again = run(**contribute_args(tmp_path))
+    assert again["changed"] is False and again["merged"] is False
+
+
+@pytest.mark.parametrize("load_state", ["loaded", "not-found"])
+def test_a_bad_key_is_refused_before_the_contribution_file_is_written(run, tmp_path, unit_state, load_state):
+    unit_state["value"] = load_state
+    old = write(tmp_path / "etc/gpucluster/docker.d/rdma.json", NICE_RDMA)
+    result = run(**contribute_args(tmp_path, settings={"default-ulimit": {"memlock": "-1"}}))
+    assert result["failed"] and result["invalid_keys"] == ["default-ulimit"]
+    assert "nothing changed" in result["msg"] and str(old) in result["msg"]
+    assert old.read_text() == NICE_RDMA
+    assert not (tmp_path / "etc/docker/daemon.json").exists()
+    assert not (tmp_path / "run/gpucluster").exists()
+
+
+def test_two_owners_of_one_key_are_refused_before_the_contribution_file_is_written(run, tmp_path, unit_state):
+    unit_state["value"] = "not-found"
+    write(tmp_path / "etc/gpucluster/docker.d/other.json", json.dumps({"default-ulimits": {"memlock": {
+        "Name": "memlock", "Soft": 65536, "Hard": 65536}}}))
+    result = run(**contribute_args(tmp_path))
+    assert result["failed"] and "other.json" in result["msg"] and "rdma.json" in result["msg"]
+    assert not (tmp_path / "etc/gpucluster/docker.d/rdma.json").exists()
+
+
+def test_a_broken_old_contribution_file_is_replaced_not_read(run, tmp_path, unit_state):
+    contrib = write(tmp_path / "etc/gpucluster/docker.d/rdma.json", '{"default-ulimits": ')
+    result = run(**contribute_args(tmp_path))
+    assert result["changed"] and contrib.read_text() == NICE_RDMA
+
+
+def test_contribution_name_is_one_file_name(run, tmp_path, unit_state):
+    result = run(**contribute_args(tmp_path, name="../docker/daemon"))
+    assert result["failed"] and "contribution_name" in result["msg"]
+    assert not (tmp_path / "etc").exists()
+
+
+def test_the_unit_is_read_with_systemctl_show_loadstate(run, tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(AnsibleModule, "get_bin_path",
+                        lambda self, name, *a, **k: "/usr/bin/systemctl" if name == "systemctl" else None)
+
+    def run_command(self, args, **kw):
+        asked.append(args)
+        return 0, "not-found\n", ""
+
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    result = run(**contribute_args(tmp_path))
+    assert asked == [["/usr/bin/systemctl", "show", "-p", "LoadState", "--value", "docker.service"]]
+    assert result["merged"] is False and result["contribution_changed"]
