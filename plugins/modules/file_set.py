@@ -20,7 +20,8 @@ description:
   - Render templates on the controller into O(files[].content) with
     C(lookup('ansible.builtin.template', ...)).
   - Refuses the whole set before changing anything when an entry's path is relative, a file's
-    path is an existing directory or a directory's path an existing file.
+    path is an existing directory or a directory's path an existing file, or a file is given both
+    O(files[].content) and O(files[].secret_content).
 version_added: "0.1.0"
 author:
   - gpucluster contributors
@@ -44,6 +45,12 @@ options:
         description: The file's whole content (C(state=file)).
         type: str
         default: ""
+      secret_content:
+        description:
+          - The whole content of a file that is a secret (a private key), instead of O(files[].content).
+          - Never shown, so the task needs no C(no_log) that would hide the other entries' results and
+            refusals too - masked in the module's logged arguments and in its output, and left out of the diff.
+        type: str
       mode:
         description: Permissions, as for M(ansible.builtin.file) (C("0644"), C(u=rw,g=r,o=r)).
         type: raw
@@ -101,6 +108,7 @@ ARGUMENT_SPEC = {
             "path": {"type": "path", "required": True},
             "state": {"type": "str", "choices": ["file", "directory"], "default": "file"},
             "content": {"type": "str", "default": "", "no_log": False},
+            "secret_content": {"type": "str", "no_log": True},
             "mode": {"type": "raw"},
             "owner": {"type": "str"},
             "group": {"type": "str"},
@@ -120,6 +128,8 @@ def problems(entries) -> list[str]:
             out.append(f"{path}: is a directory, not a file")
         elif e["state"] == "directory" and os.path.lexists(path) and not os.path.isdir(path):
             out.append(f"{path}: exists and is not a directory")
+        elif e["secret_content"] is not None and e["content"]:
+            out.append(f"{path}: give content or secret_content, not both")
     return out
 
 
@@ -150,16 +160,18 @@ def ensure_directory(module, entry, diffs) -> bool:
 
 def ensure_file(module, entry, diffs) -> bool:
     path = entry["path"]
-    want = entry["content"].encode("utf-8", "surrogateescape")
+    secret = entry["secret_content"] is not None
+    content = entry["secret_content"] if secret else entry["content"]
+    want = content.encode("utf-8", "surrogateescape")
     have = None
     if os.path.exists(path):
         with open(path, "rb") as f:
             have = f.read()
     changed = have != want
-    if changed and module._diff:
+    if changed and module._diff and not secret:
         diffs.append({"before_header": path, "after_header": path,
                       "before": "" if have is None else have.decode("utf-8", "replace"),
-                      "after": entry["content"]})
+                      "after": content})
     if module.check_mode:
         if have is None:
             return True

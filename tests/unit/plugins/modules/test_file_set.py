@@ -86,3 +86,25 @@ def test_new_file_without_mode_gets_the_umask_mode(tmp_path, capsys):
     finally:
         os.umask(old)
     assert _mode(tmp_path / "f") == 0o644
+
+
+def test_a_secret_is_written_but_never_shown(tmp_path, capsys):
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+    files = [{"path": str(tmp_path / "id_ed25519"), "secret_content": key, "mode": "0600"},
+             {"path": str(tmp_path / "id_ed25519.pub"), "content": "ssh-ed25519 AAAA key\n", "mode": "0644"}]
+    old = "-----BEGIN OPENSSH PRIVATE KEY-----\nold\n-----END OPENSSH PRIVATE KEY-----\n"
+    (tmp_path / "id_ed25519").write_text(old, encoding="utf-8")
+    rc, result = _run(capsys, files, _ansible_diff=True)
+    assert rc == 0 and result["changed_paths"] == [str(tmp_path / "id_ed25519"), str(tmp_path / "id_ed25519.pub")]
+    assert (tmp_path / "id_ed25519").read_text() == key and _mode(tmp_path / "id_ed25519") == 0o600
+    # The public file's diff only: neither the old nor the new secret is in the output.
+    assert [d["after_header"] for d in result["diff"]] == [str(tmp_path / "id_ed25519.pub")]
+    assert "b3BlbnNzaC1rZXktdjEAAAAA" not in json.dumps(result) and "old" not in json.dumps(result["diff"])
+    rc, again = _run(capsys, files)
+    assert rc == 0 and again["changed"] is False
+
+
+def test_content_and_secret_content_together_are_refused(tmp_path, capsys):
+    rc, result = _run(capsys, [{"path": str(tmp_path / "k"), "content": "a", "secret_content": "PRIVATE KEY"}])
+    assert rc == 1 and "give content or secret_content, not both" in result["msg"]
+    assert not (tmp_path / "k").exists()
