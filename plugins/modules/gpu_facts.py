@@ -135,6 +135,15 @@ ansible_facts:
             - bus_id: "0000:c1:00.0"
               pci_id: "10de:1af1"
               name: "Device"
+        secure_boot:
+          description:
+            - UEFI Secure Boot, from the C(SecureBoot) EFI variable (EFI_GLOBAL_VARIABLE's GUID, as
+              mokutil reads it; its value is the byte after 4 bytes of attributes) - true where it is
+              on (only signed kernel modules load, so a DKMS-built driver needs its key enrolled),
+              false where it is off or the variable is missing on a UEFI boot, null where the node
+              did not boot by UEFI (no C(/sys/firmware/efi)). The module fails where the variable is
+              there but cannot be read.
+          type: bool
         pci_source:
           description:
             - Where C(pci_gpus) and C(nvswitches) were read, C(lspci) or C(/sys/bus/pci/devices);
@@ -202,6 +211,23 @@ PROC_VERSION = "/proc/driver/nvidia/version"
 # Packages that carry the user-space driver (see gpu_driver.nvidia_userspace_version).
 DPKG_PATTERNS = ("nvidia-utils-*", "nvidia-smi", "libnvidia-ml1", "libnvidia-compute-*",
                  "nvidia-driver-*", "nvidia-driver", "cuda-drivers")
+
+
+EFI_DIR = "/sys/firmware/efi"
+SECURE_BOOT_VARIABLE = "efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def secure_boot(efi_dir=EFI_DIR):
+    """True, False or None (no UEFI boot) from the SecureBoot EFI variable: 4 bytes of
+    attributes, then the value (1: on). Raises OSError where it is there but cannot be read."""
+    if not os.path.isdir(efi_dir):
+        return None
+    path = os.path.join(efi_dir, SECURE_BOOT_VARIABLE)
+    if not os.path.exists(path):
+        return False
+    with open(path, "rb") as handle:
+        data = handle.read(5)
+    return len(data) == 5 and data[4] == 1
 
 
 def read_file(path):
@@ -316,6 +342,12 @@ def collect(module, read=None, listdir=None):
             kernel = _parse(module, "dmesg", parse_kernel_log, log)
             missing = missing_gpus(pci_gpus, gpus, kernel)
 
+    try:
+        secure = secure_boot()
+    except OSError as exc:
+        module.fail_json(msg=f"gpu_facts: cannot read {EFI_DIR}/{SECURE_BOOT_VARIABLE} ({exc}): the driver stage "
+                             "needs to know whether Secure Boot is on. Fix: check efivarfs is mounted readable "
+                             "(mount -t efivarfs efivarfs /sys/firmware/efi/efivars) and rerun.")
     driver = dict(state)
     driver["version"] = (gpus[0]["driver_version"] if gpus and gpus[0]["driver_version"]
                          else state["kernel_version"])
@@ -327,6 +359,7 @@ def collect(module, read=None, listdir=None):
         "pci_gpu_count": len(pci_gpus or []),
         "nvswitches": nvswitches,
         "pci_source": pci_source,
+        "secure_boot": secure,
         "topology": topology,
         "gpu_nic_map": nic_map,
         "missing_gpus": missing,

@@ -354,7 +354,7 @@ def test_documentation_matches_argument_spec():
     returned = yaml.safe_load(gpu_facts.RETURN)["ansible_facts"]["contains"]["gpucluster_gpu"]
     keys = set(returned["contains"])
     assert keys == {"driver", "pci_gpus", "gpus", "gpu_count", "pci_gpu_count", "nvswitches",
-                    "pci_source", "topology", "gpu_nic_map", "missing_gpus", "tools"}
+                    "pci_source", "secure_boot", "topology", "gpu_nic_map", "missing_gpus", "tools"}
     assert keys == set(gpu_facts.collect(FakeModule({}, {}), read=_files({})))
 
 
@@ -392,3 +392,24 @@ def test_ready_node_with_a_gpu_gone_from_nvidia_smi_n24():
                                       "reason": "fell off the bus", "action": "drain"}]
     ready = gpu_facts.collect(_ready_module(params={"topology": False}), read=_files({}))
     assert ready["missing_gpus"] == []
+
+
+@pytest.mark.parametrize(("value", "want"), [(b"\x06\x00\x00\x00\x01", True), (b"\x06\x00\x00\x00\x00", False),
+                                             (b"\x06\x00\x00", False)])
+def test_secure_boot_is_the_efi_variables_fifth_byte(tmp_path, value, want):
+    (tmp_path / "efivars").mkdir()
+    (tmp_path / gpu_facts.SECURE_BOOT_VARIABLE).write_bytes(value)
+    assert gpu_facts.secure_boot(str(tmp_path)) is want
+
+
+def test_secure_boot_is_off_without_the_variable_and_unknown_without_uefi(tmp_path):
+    (tmp_path / "efivars").mkdir()
+    assert gpu_facts.secure_boot(str(tmp_path)) is False
+    assert gpu_facts.secure_boot(str(tmp_path / "no-uefi")) is None
+
+
+def test_an_unreadable_secure_boot_variable_raises(tmp_path):
+    (tmp_path / "efivars").mkdir()
+    (tmp_path / gpu_facts.SECURE_BOOT_VARIABLE).mkdir()  # there, but no file to read
+    with pytest.raises(OSError):
+        gpu_facts.secure_boot(str(tmp_path))
