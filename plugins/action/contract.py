@@ -52,15 +52,18 @@ def _plain(data):
 
 def already_there(args: dict, facts: dict, local: dict, run: str) -> bool:
     """True where this run's module already read the node's contract at these paths and the
-    stage's data is in it as asked, with nothing else for the module to do."""
+    stage's data is in it as asked, with nothing else for the module to do (no older fact file
+    to remove: none of ``remove_facts`` among the fact files it listed)."""
     mark = facts.get(CHECKED)
     contract = local.get("gpucluster")
     if not (isinstance(mark, dict) and isinstance(contract, dict)):
         return False
-    if mark != {"run": run, "path": args.get("path", DEFAULT_PATH),
-                "facts_path": args.get("facts_path", DEFAULT_FACTS_PATH)}:
+    where = {"run": run, "path": args.get("path", DEFAULT_PATH),
+             "facts_path": args.get("facts_path", DEFAULT_FACTS_PATH)}
+    if {k: mark.get(k) for k in where} != where:
         return False
-    if args.get("state", "present") != "present" or args.get("remove_facts"):
+    old_facts = set(args.get("remove_facts") or []) & set(mark.get("fact_files", []))
+    if args.get("state", "present") != "present" or old_facts:
         return False
     stage = args.get("stage")
     data = _plain(args.get("data", {}))
@@ -96,6 +99,7 @@ class ActionModule(ActionBase):
         result["ansible_facts"] = {
             "ansible_local": local,
             CHECKED: {"run": run, "path": args.get("path", DEFAULT_PATH),
-                      "facts_path": args.get("facts_path", DEFAULT_FACTS_PATH)},
+                      "facts_path": args.get("facts_path", DEFAULT_FACTS_PATH),
+                      "fact_files": result.get("fact_files", [])},
         }
         return result

@@ -91,12 +91,21 @@ contract:
   returned: always
   type: dict
   sample: {"nccl": {"data_interfaces": ["eth1"]}, "runtime": {"runtime": "lightcc"}}
+fact_files:
+  description:
+    - The local fact files (C(*.fact)) in O(facts_path) after the change, which tells a later
+      publish in the run whether an O(remove_facts) name is there at all.
+  returned: when the module ran on the node
+  type: list
+  elements: str
+  sample: [gpucluster.fact]
 on_node:
   description:
     - Whether the module ran on the node (set by the action plugin). The first publish on a node in
       a run always does; a later one in the same run whose O(data) this run's
       C(ansible_local.gpucluster) already holds for O(stage) at the same O(path) and O(facts_path),
-      with O(state=present) and no O(remove_facts), answers from it (C(changed=false)).
+      with O(state=present) and none of O(remove_facts) among the fact files the module last
+      listed there (RV(fact_files)), answers from it (C(changed=false)).
   returned: always
   type: bool
 ansible_facts:
@@ -107,7 +116,7 @@ ansible_facts:
   type: dict
   sample: {"ansible_local": {"gpucluster": {"runtime": {"runtime": "lightcc"}}},
            "gpucluster_contract_read": {"run": "41230:8812345", "path": /etc/gpucluster/contract.d,
-                                        "facts_path": /etc/ansible/facts.d}}
+                                        "facts_path": /etc/ansible/facts.d, "fact_files": [gpucluster.fact]}}
 """
 
 import json
@@ -165,6 +174,17 @@ def read_contract(path: str) -> dict:
             with open(os.path.join(path, name), encoding="utf-8") as f:
                 out[name[:-5]] = json.load(f)
     return out
+
+
+def fact_files(facts_path: str, removed: list[str]) -> list[str]:
+    """The local fact files in ``facts_path`` after this run's change (``removed``: the paths it
+    removed; in check mode nothing was)."""
+    gone = {os.path.basename(f) for f in removed}
+    try:
+        names = os.listdir(facts_path)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.endswith(".fact") and n not in gone)
 
 
 def problems(params) -> list[str]:
@@ -233,7 +253,8 @@ def run(module) -> dict:
             contract.pop(p["stage"], None)
         else:
             contract[p["stage"]] = json.loads(want)
-    result = {"changed": changed, "path": stage_file, "contract": contract}
+    result = {"changed": changed, "path": stage_file, "contract": contract,
+              "fact_files": fact_files(p["facts_path"], [] if module.check_mode else old_facts)}
     if module._diff:
         result["diff"] = {"before_header": stage_file, "after_header": stage_file,
                           "before": have or "", "after": want or ""}

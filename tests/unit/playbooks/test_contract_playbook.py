@@ -122,3 +122,28 @@ def test_a_later_publish_at_other_paths_or_withdrawing_still_runs_the_module(tmp
     # back: the last read was at c2, so the first path is read again
     assert json.loads((tmp_path / "flags.json").read_text()) == [True, True, True, True]
     assert not (tmp_path / "contract.d" / "runtime.json").exists()
+
+
+def test_a_later_publish_with_remove_facts_needs_the_node_only_where_such_a_file_is_there(tmp_path):
+    (tmp_path / "facts.d").mkdir()
+    (tmp_path / "facts.d" / "gpucluster_nccl.fact").write_text('{"old": true}\n')
+
+    def publish(register):
+        task = _register(_publish(tmp_path, "nccl", {"data_interfaces": ["eth1"]}), register)
+        task["gpucluster.cluster.contract"] = {**task["gpucluster.cluster.contract"],
+                                               "remove_facts": ["gpucluster_nccl.fact"]}
+        return task
+
+    runtime = _publish(tmp_path, "runtime", {"runtime": "horovod"})
+    r, out = _run(tmp_path, [runtime, publish("removes"), publish("again"),
+                             _keep(tmp_path, "flags.json", "[removes.on_node, removes.changed, again.on_node]")])
+    assert r.returncode == 0, out
+    # the old fact file was there when runtime's publish listed the directory: nccl's first
+    # publish runs the module and removes it; the same again needs no node
+    assert json.loads((tmp_path / "flags.json").read_text()) == [True, True, False]
+    assert not (tmp_path / "facts.d" / "gpucluster_nccl.fact").exists()
+
+    # a new run: the first publish lists no old file, so nccl's is answered without the node
+    r, out = _run(tmp_path, [runtime, publish("removes"), _keep(tmp_path, "next.json", "[removes.on_node]")])
+    assert r.returncode == 0, out
+    assert json.loads((tmp_path / "next.json").read_text()) == [False]
