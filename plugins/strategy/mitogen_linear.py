@@ -335,6 +335,30 @@ def controller_skip(host, task, task_vars, play_context, loader):
     return result
 
 
+def controller_empty_loop(task, task_vars, loader):
+    """The result a worker returns for a task whose ``loop`` is an empty list (TaskExecutor.run:
+    skipped, "No items in the list", before any condition is evaluated), made here instead: a
+    stage's per-item tasks over a list that is empty on this node (no secondary NIC, no user to
+    add) each cost a fork per host for nothing. ``None`` where a worker has to run it: no
+    ``loop``, a ``with_*`` lookup, ``delegate_to``, a loop that is not an empty list, or one that
+    raises (the worker raises it again, with the task's context). The loop is templated as the
+    worker's TaskExecutor._get_loop_items does: the task's variables with ansible_search_path."""
+    if _RawTaskResult is None or task.loop is None or task.loop_with or task.delegate_to is not None:
+        return None
+    variables = dict(task_vars)
+    search_path = task.get_search_path()
+    if loader.get_basedir() not in search_path:
+        search_path.append(loader.get_basedir())
+    variables["ansible_search_path"] = search_path
+    try:
+        items = TemplateEngine(loader=loader, variables=variables).template(task.loop)
+    except Exception:  # noqa: BLE001 the worker raises it again, with the task's context
+        return None
+    if not isinstance(items, list) or items:
+        return None
+    return dict(changed=False, skipped=True, skipped_reason="No items in the list", results=[])
+
+
 # Actions that never reach the node: they template and judge the task's variables in the
 # controller, wherever they run. Run by the strategy itself (run_in_controller).
 CONTROLLER_ACTIONS = frozenset({
@@ -414,6 +438,8 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         bookkeeping (the queued task cache, v2_runner_on_start, one more pending result); the
         result is held for _wait_on_pending_results. Any other task goes to a worker."""
         result = controller_skip(host, task, task_vars, play_context, self._loader)
+        if result is None:
+            result = controller_empty_loop(task, task_vars, self._loader)
         raw = None
         if result is None and (runs_in_controller(task) or tries_controller_first(task)):
             raw = run_in_controller(host, task, task_vars, play_context, self._loader, self._variable_manager,

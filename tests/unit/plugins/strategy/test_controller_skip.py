@@ -71,3 +71,41 @@ def test_a_condition_that_raises_ends_as_in_the_worker(tmp_path, when, no_log, r
     fatal = sorted(line for line in ours.stdout.splitlines() if line.startswith("fatal:"))
     assert fatal == sorted(line for line in plain.stdout.splitlines() if line.startswith("fatal:"))
     assert len(fatal) == (2 if rc else 0)
+
+
+def test_an_empty_loop_is_skipped_in_the_controller_with_the_workers_result(tmp_path):
+    """A loop over an empty list gets the worker's "No items in the list" skip without a fork,
+    whatever its condition (a worker does not evaluate it then); a loop with items, a loop that is
+    no list and a with_* lookup still go to a worker."""
+    tasks = [
+        {"name": "Empty loop", "ansible.builtin.command": "false", "loop": "{{ [] }}", "register": "r_empty"},
+        {"name": "Empty loop of a filtered variable, with a condition that would fail",
+         "ansible.builtin.command": "false", "loop": "{{ [1, 2] | select('gt', 5) | list }}",
+         "when": "no_such_variable", "register": "r_filtered"},
+        {"name": "A loop with items", "ansible.builtin.debug": {"msg": "{{ item }}"}, "loop": [1],
+         "register": "r_items"},
+        {"name": "An empty with_items", "ansible.builtin.debug": {"msg": "{{ item }}"}, "with_items": [],
+         "register": "r_with"},
+        {"name": "Write what was registered", "ansible.builtin.copy": {
+            "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
+            "content": "{{ {'empty': r_empty, 'filtered': r_filtered, 'items': r_items, 'with': r_with} | to_json }}"}},
+    ]
+    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert got == want
+    assert ours_recap == plain_recap and len(ours_recap) == 2
+    assert got["empty"] == {"changed": False, "skipped": True, "skipped_reason": "No items in the list",
+                            "results": []}
+    assert got["filtered"] == got["empty"]
+    # the two empty loops on 2 hosts; the loop with items, with_items and the copy fork
+    assert plain_forks - ours_forks == 2 * 2, (plain_forks, ours_forks)
+
+
+def test_a_loop_that_is_no_list_fails_in_the_worker_as_before(tmp_path):
+    tasks = [{"name": "A loop of a string", "ansible.builtin.debug": {"msg": "x"}, "loop": "{{ 'abc' }}"}]
+    ours, _, _, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+    plain, _, _, plain_recap = _run(tmp_path, "linear", tasks)
+    assert ours.returncode == plain.returncode == 2, ours.stdout + plain.stdout
+    assert ours_recap == plain_recap
