@@ -294,6 +294,17 @@ def share_template_plugins(intercept_class=None) -> dict:
     return _install(intercept_class, "__getitem__", __getitem__, "gpucluster_shared", shared)
 
 
+def worker_variables(task, task_vars, loader) -> dict:
+    """A copy of ``task_vars`` with ansible_search_path set as a worker's TaskExecutor sets it
+    (_get_loop_items) before it templates the loop or the condition."""
+    variables = dict(task_vars)
+    search_path = task.get_search_path()
+    if loader.get_basedir() not in search_path:
+        search_path.append(loader.get_basedir())
+    variables["ansible_search_path"] = search_path
+    return variables
+
+
 def controller_skip(host, task, task_vars, play_context, loader):
     """The result a worker would return for ``task`` on ``host`` when its ``when`` is false there:
     ``{"changed": False, "skipped": True, "skip_reason": ..., "false_condition": ...}`` as
@@ -305,11 +316,7 @@ def controller_skip(host, task, task_vars, play_context, loader):
     if (_RawTaskResult is None or not task.when or task.loop_with or task.loop is not None
             or task.delegate_to is not None):
         return None
-    variables = dict(task_vars)
-    search_path = task.get_search_path()
-    if loader.get_basedir() not in search_path:
-        search_path.append(loader.get_basedir())
-    variables["ansible_search_path"] = search_path
+    variables = worker_variables(task, task_vars, loader)
     templar = TemplateEngine(loader=loader, variables=variables)
     try:
         context = play_context.set_task_and_variable_override(task=task, variables=variables, templar=templar)
@@ -345,11 +352,7 @@ def controller_empty_loop(task, task_vars, loader):
     worker's TaskExecutor._get_loop_items does: the task's variables with ansible_search_path."""
     if _RawTaskResult is None or task.loop is None or task.loop_with or task.delegate_to is not None:
         return None
-    variables = dict(task_vars)
-    search_path = task.get_search_path()
-    if loader.get_basedir() not in search_path:
-        search_path.append(loader.get_basedir())
-    variables["ansible_search_path"] = search_path
+    variables = worker_variables(task, task_vars, loader)
     try:
         items = TemplateEngine(loader=loader, variables=variables).template(task.loop)
     except Exception:  # noqa: BLE001 the worker raises it again, with the task's context
