@@ -58,12 +58,14 @@ from __future__ import annotations
 import builtins
 import importlib
 import pathlib
+import re
 
 import ansible.collections.list
 import ansible_mitogen.loaders
 import ansible_mitogen.module_finder
 import ansible_mitogen.planner
 import ansible_mitogen.strategy
+from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.utils.display import Display
 
@@ -305,31 +307,52 @@ def worker_variables(task, task_vars, loader) -> dict:
     return variables
 
 
+# The variables the play context adds to a worker's (PlayContext.update_vars: only where the
+# task's variables lack them), by name.
+CONNECTION_VARIABLES = frozenset(name for names in C.MAGIC_VARIABLE_MAPPING.values() for name in names)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def reads_connection_variables(conditions) -> bool:
+    """Whether a condition names one of CONNECTION_VARIABLES. Only such a condition needs the play
+    context applied first: update_vars adds those variables where the task's lack them and changes
+    no other, so any other condition reads the same without it - or one of them through another
+    variable, which then is undefined here and sends the task to a worker."""
+    return any(name in CONNECTION_VARIABLES for cond in conditions if isinstance(cond, str)
+               for name in _NAME.findall(cond))
+
+
 def controller_skip(host, task, task_vars, play_context, loader):
     """The result a worker would return for ``task`` on ``host`` when its ``when`` is false there:
     ``{"changed": False, "skipped": True, "skip_reason": ..., "false_condition": ...}`` as
     TaskExecutor._execute builds it. ``None`` when a worker has to run the task: no condition, a
     loop (conditions per item), delegate_to (the delegated host's variables), a condition that is
     true, or one that raises (the worker reports the error where it is raised). ``task_vars`` is
-    left as it is; the condition sees what the worker's would: the play context applied to a copy
-    and ansible_search_path set (TaskExecutor._get_loop_items)."""
+    left as it is; the condition sees what the worker's would: ansible_search_path set
+    (TaskExecutor._get_loop_items) and, where it names a connection variable, the play context
+    applied to a copy (reads_connection_variables; applying it for every skip was half of the
+    skips' cost in a no-op). One difference: a play context field that does not template (a
+    broken ``ansible_user``) fails a worker before the condition is read; here such a task is
+    skipped, and the next task that reaches the node reports it."""
     if (_RawTaskResult is None or not task.when or task.loop_with or task.loop is not None
             or task.delegate_to is not None):
         return None
     variables = worker_variables(task, task_vars, loader)
     templar = TemplateEngine(loader=loader, variables=variables)
-    try:
-        context = play_context.set_task_and_variable_override(task=task, variables=variables, templar=templar)
-        context.post_validate(templar=templar)
-        if not context.remote_addr:
-            context.remote_addr = host.address
-        context.update_vars(variables)
-    except AnsibleError:
-        return None
+    conditions = task.when
+    if reads_connection_variables(conditions):
+        try:
+            context = play_context.set_task_and_variable_override(task=task, variables=variables, templar=templar)
+            context.post_validate(templar=templar)
+            if not context.remote_addr:
+                context.remote_addr = host.address
+            context.update_vars(variables)
+        except AnsibleError:
+            return None
     false_condition = {}
     with _display_utils.DeferredWarningContext(variables=variables) as warnings:
         try:
-            if task._resolve_conditional(task.when, variables, result_context=false_condition):
+            if task._resolve_conditional(conditions, variables, result_context=false_condition):
                 return None
         except Exception:  # noqa: BLE001 the worker raises it again, with the task's context
             return None

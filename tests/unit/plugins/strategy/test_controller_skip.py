@@ -109,3 +109,31 @@ def test_a_loop_that_is_no_list_fails_in_the_worker_as_before(tmp_path):
     plain, _, _, plain_recap = _run(tmp_path, "linear", tasks)
     assert ours.returncode == plain.returncode == 2, ours.stdout + plain.stdout
     assert ours_recap == plain_recap
+
+
+def test_a_condition_reads_connection_variables_through_the_play_context_only_where_it_names_one(tmp_path):
+    """The play context is applied only for a condition that names a connection variable; one
+    that reads such a variable through another variable gets the worker's answer all the same."""
+    from ansible_collections.gpucluster.cluster.plugins.strategy.mitogen_linear import reads_connection_variables
+
+    assert reads_connection_variables(["ansible_connection != 'local'"])
+    assert reads_connection_variables(["flag", "hostvars[x].ansible_host is defined"])
+    assert not reads_connection_variables(["flag", "ansible_facts.os_family == 'Debian'", True])
+    assert not reads_connection_variables(["'ansible_connection_x' in group_names"])  # no such variable name
+    tasks = [
+        {"name": "Through another variable", "ansible.builtin.command": "false",
+         "vars": {"is_local": "{{ ansible_connection == 'local' }}"}, "when": "not is_local",
+         "register": "r_indirect"},
+        {"name": "Runs through another variable", "ansible.builtin.set_fact": {"x": 1},
+         "vars": {"is_local": "{{ ansible_connection == 'local' }}"}, "when": "is_local",
+         "register": "r_runs"},
+        {"name": "Write what was registered", "ansible.builtin.copy": {
+            "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
+            "content": "{{ {'indirect': r_indirect, 'runs': r_runs} | to_json }}"}},
+    ]
+    ours, got, _, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    plain, want, _, plain_recap = _run(tmp_path, "linear", tasks)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert got == want and ours_recap == plain_recap
+    assert got["indirect"]["skipped"] is True and got["runs"]["ansible_facts"] == {"x": 1}
