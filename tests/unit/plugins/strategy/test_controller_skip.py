@@ -73,6 +73,18 @@ def test_a_condition_that_raises_ends_as_in_the_worker(tmp_path, when, no_log, r
     assert len(fatal) == (2 if rc else 0)
 
 
+def _same_as_linear(tmp_path, tasks):
+    """``tasks`` under the strategy and under Ansible's linear: both succeed with the same registered
+    results and recap; returns what node-a registered and the forks of each."""
+    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert got == want
+    assert ours_recap == plain_recap and len(ours_recap) == 2
+    return got, ours_forks, plain_forks
+
+
 def test_an_empty_loop_is_skipped_in_the_controller_with_the_workers_result(tmp_path):
     """A loop over an empty list gets the worker's "No items in the list" skip without a fork,
     whatever its condition (a worker does not evaluate it then); a loop with items, a loop that is
@@ -90,12 +102,7 @@ def test_an_empty_loop_is_skipped_in_the_controller_with_the_workers_result(tmp_
             "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
             "content": "{{ {'empty': r_empty, 'filtered': r_filtered, 'items': r_items, 'with': r_with} | to_json }}"}},
     ]
-    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
-    assert ours.returncode == 0, ours.stdout + ours.stderr
-    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
-    assert got == want
-    assert ours_recap == plain_recap and len(ours_recap) == 2
+    got, ours_forks, plain_forks = _same_as_linear(tmp_path, tasks)
     assert got["empty"] == {"changed": False, "skipped": True, "skipped_reason": "No items in the list",
                             "results": []}
     assert got["filtered"] == got["empty"]
@@ -131,9 +138,5 @@ def test_a_condition_reads_connection_variables_through_the_play_context_only_wh
             "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
             "content": "{{ {'indirect': r_indirect, 'runs': r_runs} | to_json }}"}},
     ]
-    ours, got, _, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
-    assert ours.returncode == 0, ours.stdout + ours.stderr
-    plain, want, _, plain_recap = _run(tmp_path, "linear", tasks)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
-    assert got == want and ours_recap == plain_recap
+    got, _, _ = _same_as_linear(tmp_path, tasks)
     assert got["indirect"]["skipped"] is True and got["runs"]["ansible_facts"] == {"x": 1}
