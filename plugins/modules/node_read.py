@@ -175,10 +175,9 @@ def alternatives(name: str, spec) -> list[list[str]]:
     return [[str(a) for a in argv] for argv in alts]
 
 
-def _text(data, limit: int) -> str:
-    if isinstance(data, bytes):
-        data = data[:limit].decode("utf-8", errors="replace")
-    return data[:limit]
+def _text(data: bytes, limit: int) -> str:
+    """A command's output (bytes: run_command with encoding=None) as text, cut at ``limit`` bytes."""
+    return data[:limit].decode("utf-8", errors="replace")
 
 
 def run_command(module, name: str, spec, limit: int) -> dict:
