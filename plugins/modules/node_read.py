@@ -38,6 +38,10 @@ options:
       - Paths to stat. Symbolic links are followed (M(ansible.builtin.stat) follows none by default);
         RV(stat.islnk) says whether the path itself is a link, and a dangling link reads C(exists=false),
         C(islnk=true).
+      - RV(stat.lexists) is whether anything is at the path, a link counting whether or not its target
+        exists (Python's C(os.path.lexists), as C(exists) of M(ansible.builtin.stat) without C(follow)
+        reads it). It is the test for a path that is taken, where a dangling link is in the way as much
+        as a file is.
     type: list
     elements: path
     default: []
@@ -113,11 +117,16 @@ files:
   sample: {/proc/meminfo: "MemTotal: 16318496 kB\n"}
 stat:
   description:
-    - Path to C(exists), C(isdir), C(isreg), C(islnk), C(size) and C(mode) (octal, as
-      M(ansible.builtin.stat) prints it).
+    - Path to C(exists) and C(lexists), and where the path exists (links followed) C(isdir), C(isreg),
+      C(islnk), C(size) and C(mode) (octal, as M(ansible.builtin.stat) prints it).
+    - C(exists) follows links; C(lexists) is true where the path or a link at it exists, dangling or
+      not (C(os.path.lexists)). Every entry has both.
+    - "A dangling link is C({exists: false, lexists: true, islnk: true}); a missing path is
+      C({exists: false, lexists: false})."
   returned: always
   type: dict
-  sample: {/sys/module/ib_core: {exists: true, isdir: true, isreg: false, islnk: false, size: 0, mode: "0755"}}
+  sample: {/sys/module/ib_core: {exists: true, lexists: true, isdir: true, isreg: false, islnk: false, size: 0,
+                                 mode: "0755"}}
 glob:
   description: Pattern to its sorted matches.
   returned: always
@@ -202,16 +211,18 @@ def read_file(path: str, limit: int):
 
 
 def stat_path(path: str) -> dict:
+    """``exists`` follows links; ``lexists`` is os.path.lexists: the path or a link at it, dangling or not."""
     try:
         islnk = statmod.S_ISLNK(os.lstat(path).st_mode)
     except OSError:
-        return {"exists": False}
+        return {"exists": False, "lexists": False}
     try:
         st = os.stat(path)
     except OSError:  # a dangling link
-        return {"exists": False, "islnk": islnk}
-    return {"exists": True, "isdir": statmod.S_ISDIR(st.st_mode), "isreg": statmod.S_ISREG(st.st_mode),
-            "islnk": islnk, "size": st.st_size, "mode": f"{statmod.S_IMODE(st.st_mode):04o}"}
+        return {"exists": False, "lexists": True, "islnk": islnk}
+    return {"exists": True, "lexists": True, "isdir": statmod.S_ISDIR(st.st_mode),
+            "isreg": statmod.S_ISREG(st.st_mode), "islnk": islnk, "size": st.st_size,
+            "mode": f"{statmod.S_IMODE(st.st_mode):04o}"}
 
 
 def regular_files(pattern: str) -> list[str]:

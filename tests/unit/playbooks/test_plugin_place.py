@@ -73,3 +73,17 @@ def test_no_library_is_left_alone(tmp_path):
         changed, out = _place(tmp_path, nccl_net_plugin_enabled=True, nccl_net_plugin_runtime=runtime)
         assert changed == 0 and _state(tmp_path) == (False, False), out
     assert not (tmp_path / "nccl-net").exists()
+
+
+def test_a_dangling_link_counts_as_there_and_moves_as_the_library_would(tmp_path):
+    """node_read's lexists: a link where NCCL loads, to a library gone, is in the way; it goes aside
+    for horovod and comes back for lightcc, as a file would."""
+    d = tmp_path / "nccl-net"
+    d.mkdir()
+    (d / LIB).symlink_to(tmp_path / "gone.so")
+    on = {"nccl_net_plugin_enabled": True}
+    changed, out = _place(tmp_path, nccl_net_plugin_runtime="horovod", **on)
+    assert changed >= 1 and not (d / LIB).is_symlink() and (d / "disabled" / LIB).is_symlink(), out
+    changed, out = _place(tmp_path, nccl_net_plugin_runtime="lightcc", **on)
+    assert changed >= 1 and (d / LIB).is_symlink() and not (d / "disabled" / LIB).is_symlink(), out
+    assert _place(tmp_path, nccl_net_plugin_runtime="lightcc", **on)[0] == 0

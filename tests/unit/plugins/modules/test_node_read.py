@@ -45,17 +45,35 @@ def test_every_kind_of_read_in_one_run(tree, capsys):
                                      "cmd": ["printf", "a\\nb\\n"]}
     assert r["commands"]["fails"]["rc"] == 3 and r["commands"]["fails"]["stderr"] == "err"
     assert r["files"] == {str(tree / "file"): "MemTotal: 1 kB\n\ufffd\n", str(tree / "nothing"): None}
-    assert r["stat"][str(tree / "file")] == {"exists": True, "isdir": False, "isreg": True, "islnk": False,
-                                             "size": 17, "mode": "0640"}
+    assert r["stat"][str(tree / "file")] == {"exists": True, "lexists": True, "isdir": False, "isreg": True,
+                                             "islnk": False, "size": 17, "mode": "0640"}
     assert r["stat"][str(tree / "link")]["isdir"] is True and r["stat"][str(tree / "link")]["islnk"] is True
-    assert r["stat"][str(tree / "dangling")] == {"exists": False, "islnk": True}
-    assert r["stat"][str(tree / "nothing")] == {"exists": False}
+    assert r["stat"][str(tree / "dangling")] == {"exists": False, "lexists": True, "islnk": True}
+    assert r["stat"][str(tree / "nothing")] == {"exists": False, "lexists": False}
     assert r["glob"] == {str(tree / "dir" / "hugepages-*"): [str(tree / "dir" / "hugepages-1048576kB"),
                                                             str(tree / "dir" / "hugepages-2048kB")]}
     # find lists regular files only: not the directory, the link to it, nor the dangling link
     assert r["find"] == {str(tree / "*"): [str(tree / "file")]}
     assert r["which"]["sh"].endswith("/sh") and r["which"]["surely-no-such-tool-here"] is None
     assert r["realpath"] == {str(tree / "link"): str(tree / "dir"), str(tree / "dangling"): None}
+
+
+@pytest.mark.parametrize(("name", "exists", "lexists", "islnk"), [
+    ("file", True, True, False),
+    ("dangling", False, True, True),
+    ("filelink", True, True, True),
+    ("nothing", False, False, None),
+])
+def test_lexists_is_os_path_lexists_in_every_stat_entry(tree, capsys, name, exists, lexists, islnk):
+    """lexists: the path or a link at it is there, dangling or not; exists follows the link."""
+    os.symlink(tree / "file", tree / "filelink")
+    path = str(tree / name)
+    rc, r = _run(capsys, stat=[path])
+    assert rc == 0
+    entry = r["stat"][path]
+    assert entry["lexists"] is lexists is os.path.lexists(path)
+    assert entry["exists"] is exists is os.path.exists(path)
+    assert entry.get("islnk") is islnk
 
 
 def test_a_missing_command_is_rc_127_and_alternatives_run_the_first_the_node_has(capsys):
