@@ -64,6 +64,33 @@ def test_ofed_installed_but_inbox_ib_core_still_loaded():
     assert p["action"] == "refuse" and "openibd restart or reboot" in p["problems"][0]
 
 
+@pytest.mark.parametrize("mode", ["auto", "required"])
+@pytest.mark.parametrize("driver", [READY_535, NOT_LOADED_535, READY_460, ABSENT])
+@pytest.mark.parametrize("gpus", [0, 8])
+@pytest.mark.parametrize("ofed", [None, "23.10-1.1.9.0"])
+@pytest.mark.parametrize("api", [True, False])
+def test_without_hcas_the_unread_peer_api_decides_as_any_reading(mode, driver, gpus, ofed, api):
+    """roles/gpudirect/tasks/assert.yml greps /proc/kallsyms only on a node with an HCA and passes
+    None elsewhere, as for a node without ib_core. Without an HCA, None decides as every reading
+    (True, False) did: the same action (skip for auto, refuse for required), module and reason.
+    What differs is the one peer-API sentence among the notes (auto) or after the missing-hardware
+    problem (required), and only in two cases, where ib_core is loaded without an HCA: True on the
+    inbox stack said nothing (None: the inbox stack lacks the API), and False with OFED said the
+    loaded ib_core lacks it (None: nothing)."""
+    keys = ("action", "module", "modprobe", "source", "package", "package_version", "reason")
+    unread = plan(mode=mode, driver=driver, gpus=gpus, hcas=[], ofed=ofed, api=None)
+    read = plan(mode=mode, driver=driver, gpus=gpus, hcas=[], ofed=ofed, api=api)
+    assert unread["action"] == {"auto": "skip", "required": "refuse"}[mode]
+    assert {k: read[k] for k in keys} == {k: unread[k] for k in keys}
+
+    def said(p, peer_api=True):
+        return {k: [x for x in p[k] if peer_api or "ib_register_peer_memory_client" not in x]
+                for k in ("notes", "problems")}
+
+    assert said(read, peer_api=False) == said(unread, peer_api=False)
+    assert (said(read) == said(unread)) is ((ofed, api) not in ((None, True), ("23.10-1.1.9.0", False)))
+
+
 def test_driver_not_loaded_on_a_gpu_node_points_at_the_reboot_point():
     p = plan(driver=NOT_LOADED_535)
     assert p["action"] == "refuse" and "gpucluster_allow_reboot" in p["problems"][0]
