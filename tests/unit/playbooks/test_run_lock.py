@@ -123,3 +123,39 @@ def test_unlock_never_removes_another_runs_lock(tmp_path):
                  book, home=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(_lock(tmp_path).read_text())["id"] == "other-run"
+
+
+def test_an_empty_lock_is_another_run_taking_it_this_moment_and_is_refused(tmp_path):
+    """The take and the read are one command: a lock file that is there but still empty was just
+    created by another run (noclobber), which is writing it. It is neither taken over nor
+    overwritten."""
+    _lock(tmp_path).parent.mkdir(parents=True)
+    _lock(tmp_path).write_text("")
+    r, out = _play(tmp_path)
+    assert r.returncode != 0, out
+    assert f"could not take {_lock(tmp_path)}: another gpucluster run took it at the same moment" in out
+    assert _lock(tmp_path).read_text() == ""
+
+
+def test_a_lock_path_that_cannot_be_made_is_refused_naming_it_and_the_fix(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the lock's directory should be\n")
+    path = blocker / "run.lock"
+    r, out = _play(tmp_path, preflight_lock_path=str(path))
+    assert r.returncode != 0, out
+    assert f"node-x: could not take or read {path} (rc 3" in out and "Fix preflight_lock_path" in out
+    assert blocker.read_text().startswith("a file")
+
+
+def test_check_mode_reads_the_lock_and_takes_nothing(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    _play(tmp_path)  # writes the inventory and the playbook, and takes the lock
+    _lock(tmp_path).unlink()
+    r = run_tool("ansible-playbook", "--check", "-i", inv, "-e", f"preflight_lock_path={_lock(tmp_path)}",
+                 tmp_path / "lock.yml", home=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not _lock(tmp_path).exists()
+    holder = _hold(tmp_path)  # alive: check mode is refused by a running run as well
+    r = run_tool("ansible-playbook", "--check", "-i", inv, "-e", f"preflight_lock_path={_lock(tmp_path)}",
+                 tmp_path / "lock.yml", home=tmp_path)
+    assert r.returncode != 0 and f"alice@{holder['controller']}" in r.stdout + r.stderr
