@@ -118,7 +118,7 @@ files:
 stat:
   description:
     - Path to C(exists) and C(lexists), and where the path exists (links followed) C(isdir), C(isreg),
-      C(islnk), C(size) and C(mode) (octal, as M(ansible.builtin.stat) prints it).
+      C(islnk), C(size), C(mode) (octal, as M(ansible.builtin.stat) prints it), C(uid) and C(gid).
     - C(exists) follows links; C(lexists) is true where the path or a link at it exists, dangling or
       not (C(os.path.lexists)). Every entry has both.
     - "A dangling link is C({exists: false, lexists: true, islnk: true}); a missing path is
@@ -126,7 +126,7 @@ stat:
   returned: always
   type: dict
   sample: {/sys/module/ib_core: {exists: true, lexists: true, isdir: true, isreg: false, islnk: false, size: 0,
-                                 mode: "0755"}}
+                                 mode: "0755", uid: 0, gid: 0}}
 glob:
   description: Pattern to its sorted matches.
   returned: always
@@ -222,7 +222,7 @@ def stat_path(path: str) -> dict:
         return {"exists": False, "lexists": True, "islnk": islnk}
     return {"exists": True, "lexists": True, "isdir": statmod.S_ISDIR(st.st_mode),
             "isreg": statmod.S_ISREG(st.st_mode), "islnk": islnk, "size": st.st_size,
-            "mode": f"{statmod.S_IMODE(st.st_mode):04o}"}
+            "mode": f"{statmod.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid}
 
 
 def regular_files(pattern: str) -> list[str]:

@@ -46,7 +46,8 @@ def test_every_kind_of_read_in_one_run(tree, capsys):
     assert r["commands"]["fails"]["rc"] == 3 and r["commands"]["fails"]["stderr"] == "err"
     assert r["files"] == {str(tree / "file"): "MemTotal: 1 kB\n\ufffd\n", str(tree / "nothing"): None}
     assert r["stat"][str(tree / "file")] == {"exists": True, "lexists": True, "isdir": False, "isreg": True,
-                                             "islnk": False, "size": 17, "mode": "0640"}
+                                             "islnk": False, "size": 17, "mode": "0640",
+                                             "uid": os.getuid(), "gid": os.getgid()}
     assert r["stat"][str(tree / "link")]["isdir"] is True and r["stat"][str(tree / "link")]["islnk"] is True
     assert r["stat"][str(tree / "dangling")] == {"exists": False, "lexists": True, "islnk": True}
     assert r["stat"][str(tree / "nothing")] == {"exists": False, "lexists": False}
