@@ -306,6 +306,13 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json imp
     render,
     server_version,
 )
+from ansible_collections.gpucluster.cluster.plugins.module_utils.file_write import (
+    current_bytes,
+    diff_entry,
+    ensure_directory,
+    ensure_file,
+    write_atomic,
+)
 
 # PATH systemd gives system services (systemd.exec(5), "Environment variables in spawned processes").
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -420,12 +427,7 @@ def _write_atomic(module, dest, text, mode):
     directory = os.path.dirname(dest) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", dir=directory)
-    with os.fdopen(fd, "wb") as f:
-        f.write(text.encode("utf-8"))
-    if mode is not None:
-        os.chmod(tmp, mode)
-    module.atomic_move(tmp, dest)
+    write_atomic(module, dest, text.encode("utf-8"), mode)
 
 
 def _contributions(module, p, mine=None):
@@ -504,7 +506,7 @@ def _nice_json(settings):
 
 def _own_contribution(module, p):
     """O(contribution_name)'s file: ``{"path", "settings", "text"}`` (``text`` None: withdrawn), with
-    ``before`` (the file's text, None when absent) and ``changed``; None without O(contribution_name)."""
+    ``before`` (the file's bytes, None when absent); None without O(contribution_name)."""
     name = p["contribution_name"]
     if name is None:
         return None
@@ -512,55 +514,27 @@ def _own_contribution(module, p):
         module.fail_json(msg=f"contribution_name {name!r}: a role's name (letters, digits, '_', '.', '-'), "
                              "which names its file in contributions_dir")
     path = os.path.join(p["contributions_dir"], name + ".json")
-    try:
-        with open(path, "rb") as f:
-            before = f.read()
-    except FileNotFoundError:
-        before = None
-    except OSError as exc:
-        module.fail_json(msg=f"cannot read {path}: {exc}", path=path)
     settings = p["contribution"] or {}
-    text = _nice_json(settings) if settings else None
-    changed = (before is not None) if text is None else before != text.encode("utf-8")
-    return dict(path=path, settings=settings, text=text, changed=changed,
-                before=before.decode("utf-8", "replace") if before is not None else None)
+    return dict(path=path, settings=settings, text=_nice_json(settings) if settings else None,
+                before=current_bytes(module, path))
 
 
-def _ensure_root_owned(module, path, mode, changed):
-    changed = module.set_mode_if_different(path, mode, changed)
-    changed = module.set_owner_if_different(path, "root", changed)
-    return module.set_group_if_different(path, "root", changed)
+def _contribution_diff(mine):
+    return diff_entry(mine["path"], mine["before"], mine["text"] or "")
 
 
 def _keep_contribution(module, mine):
-    """Write (or delete) O(contribution_name)'s file, creating its directory (0755 root) as the
-    file task did; in check mode only says whether it would. -> changed."""
-    directory = os.path.dirname(mine["path"])
-    changed = mine["changed"]
-    missing = []
-    d = directory
-    while d and not os.path.isdir(d):
-        missing.insert(0, d)
-        d = os.path.dirname(d) if os.path.dirname(d) != d else ""
-    if missing:
-        changed = True
-    if module.check_mode:
-        if not missing:
-            changed = _ensure_root_owned(module, directory, 0o755, changed)
-        if mine["text"] is not None and mine["before"] is not None:
-            changed = _ensure_root_owned(module, mine["path"], 0o644, changed)
-        return changed
-    for d in missing:
-        os.mkdir(d, 0o755)
-    for d in missing or [directory]:
-        changed = _ensure_root_owned(module, d, 0o755, changed)
+    """Write (or delete) O(contribution_name)'s file (C(0644) C(root)), creating its directory
+    (C(0755) C(root)) as the file task did; in check mode only says whether it would. -> changed."""
+    changed = ensure_directory(module, os.path.dirname(mine["path"]), 0o755, "root", "root")
     if mine["text"] is None:
-        if mine["before"] is not None:
+        if mine["before"] is None:
+            return changed
+        if not module.check_mode:
             os.remove(mine["path"])
-        return changed
-    if mine["changed"]:
-        _write_atomic(module, mine["path"], mine["text"], 0o644)
-    return _ensure_root_owned(module, mine["path"], 0o644, changed)
+        return True
+    file_changed = ensure_file(module, mine["path"], mine["text"], 0o644, "root", "root", current=mine["before"])
+    return changed or file_changed
 
 
 def _unit_load_state(module, unit):
@@ -597,8 +571,7 @@ def _keep_only(module, mine, sources, version):
     if mine:
         result.update(contribution_file=mine["path"], contribution_changed=changed)
         if module._diff:
-            result["diff"] = [dict(before=mine["before"] or "", after=mine["text"] or "",
-                                   before_header=mine["path"], after_header=mine["path"])]
+            result["diff"] = [_contribution_diff(mine)]
     module.exit_json(**result)
 
 
@@ -720,8 +693,7 @@ def run(module, which=None):
     if mine:
         result.update(contribution_file=mine["path"], contribution_changed=mine_changed)
         if module._diff:
-            result["diff"] = [dict(before=mine["before"] or "", after=mine["text"] or "",
-                                   before_header=mine["path"], after_header=mine["path"]), result["diff"]]
+            result["diff"] = [_contribution_diff(mine), result["diff"]]
     module.exit_json(**result)
 
 

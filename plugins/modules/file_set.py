@@ -97,9 +97,9 @@ changed_paths:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.cluster.plugins.module_utils.file_write import ensure_directory, ensure_file
 
 ARGUMENT_SPEC = {
     "files": {
@@ -133,66 +133,14 @@ def problems(entries) -> list[str]:
     return out
 
 
-def _attrs(module, entry, path):
-    return module.load_file_common_arguments({"path": path, "mode": entry["mode"], "owner": entry["owner"],
-                                              "group": entry["group"]})
-
-
-def ensure_directory(module, entry, diffs) -> bool:
-    path = entry["path"].rstrip("/") or "/"
-    missing = []
-    cur = path
-    while not os.path.lexists(cur):
-        missing.append(cur)
-        cur = os.path.dirname(cur)
-    changed = bool(missing)
-    if missing:
-        diffs.append({"before_header": path, "after_header": path, "before": "absent\n", "after": "directory\n"})
-    if module.check_mode:
-        if not missing:
-            changed = module.set_fs_attributes_if_different(_attrs(module, entry, path), False)
-        return changed
-    for d in reversed(missing):
-        os.mkdir(d)
-        module.set_fs_attributes_if_different(_attrs(module, entry, d), True)
-    return module.set_fs_attributes_if_different(_attrs(module, entry, path), changed)
-
-
-def ensure_file(module, entry, diffs) -> bool:
-    path = entry["path"]
+def ensure_entry(module, entry, diffs) -> bool:
+    """Bring one entry to its state (module_utils/file_write.py) -> changed."""
+    if entry["state"] == "directory":
+        return ensure_directory(module, entry["path"], entry["mode"], entry["owner"], entry["group"], diffs)
     secret = entry["secret_content"] is not None
     content = entry["secret_content"] if secret else entry["content"]
-    want = content.encode("utf-8", "surrogateescape")
-    have = None
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            have = f.read()
-    changed = have != want
-    if changed and module._diff and not secret:
-        diffs.append({"before_header": path, "after_header": path,
-                      "before": "" if have is None else have.decode("utf-8", "replace"),
-                      "after": content})
-    if module.check_mode:
-        if have is None:
-            return True
-        return module.set_fs_attributes_if_different(_attrs(module, entry, path), changed)
-    if changed:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(want)
-            if have is None and entry["mode"] is None:
-                # As copy: a new file without a mode gets the umask's (mkstemp makes it 0600).
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)
-            # The new file gets the wanted attributes before it is visible under its name; an
-            # old file's attributes carry over only where the entry does not set them.
-            module.atomic_move(tmp, path, unsafe_writes=False, keep_dest_attrs=have is not None)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    return module.set_fs_attributes_if_different(_attrs(module, entry, path), changed)
+    return ensure_file(module, entry["path"], content, entry["mode"], entry["owner"], entry["group"],
+                       secret=secret, diffs=diffs)
 
 
 def run(module) -> dict:
@@ -202,8 +150,7 @@ def run(module) -> dict:
         module.fail_json(msg="nothing was changed: " + "; ".join(found))
     changed_paths, diffs = [], []
     for entry in entries:
-        step = ensure_directory if entry["state"] == "directory" else ensure_file
-        if step(module, entry, diffs):
+        if ensure_entry(module, entry, diffs):
             changed_paths.append(entry["path"])
     result = {"changed": bool(changed_paths), "changed_paths": changed_paths}
     if module._diff:
