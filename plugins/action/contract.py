@@ -16,24 +16,19 @@ run, the action asks for a worker instead."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpucluster.cluster.plugins.lookup.controller_run import playbook_pid, process_start
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.controller_process import (
+    in_worker,
+    playbook_pid,
+    process_start,
+)
 
 DEFAULT_PATH = "/etc/gpucluster/contract.d"
 DEFAULT_FACTS_PATH = "/etc/ansible/facts.d"
 CHECKED = "gpucluster_contract_read"
 # The strategy's marker (plugins/strategy/mitogen_linear.py, NEEDS_WORKER) for "run me in a worker".
 NEEDS_WORKER = "_gpucluster_needs_worker"
-
-
-def in_worker() -> bool:
-    """Whether this runs in a task worker (a fork of ansible-playbook), as every action does under
-    Ansible's own strategies; mitogen_linear runs this one in ansible-playbook itself first."""
-    from ansible.executor.process.worker import WorkerProcess
-
-    return isinstance(multiprocessing.current_process(), WorkerProcess)
 
 
 def run_key() -> str:

@@ -8,15 +8,18 @@ tasks there). A shell's ``$PPID`` named the right process only in a worker.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import pathlib
 import pwd
 import uuid
 
 from ansible import context
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpucluster.cluster.plugins.plugin_utils.controller_process import (
+    PROC,
+    playbook_pid,
+    process_start,
+)
 
 DOCUMENTATION = """
 name: controller_run
@@ -55,30 +58,6 @@ _raw:
   description: The run's dict (no terms), else one start time or C(gone) per pid.
   type: raw
 """
-
-PROC = "/proc"
-GONE = "gone"
-
-
-def process_start(pid: int, proc: str = PROC) -> str:
-    """Field 22 (starttime) of ``/proc/<pid>/stat`` (proc(5)), or ``gone``. The fields are counted
-    after the command name's last closing parenthesis (the name may hold spaces and parentheses):
-    the first field after it is field 3, so starttime is the 20th."""
-    try:
-        text = pathlib.Path(f"{proc}/{int(pid)}/stat").read_text(encoding="utf-8", errors="replace")
-    except (OSError, ValueError):
-        return GONE
-    fields = text.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 and fields[19].isdigit() else GONE
-
-
-def playbook_pid(current=None) -> int:
-    """ansible-playbook's pid: a task worker's parent (workers are forks of it), else this process."""
-    from ansible.executor.process.worker import WorkerProcess
-
-    current = multiprocessing.current_process() if current is None else current
-    return os.getppid() if isinstance(current, WorkerProcess) else os.getpid()
-
 
 def playbooks() -> list[str]:
     """The playbooks ansible-playbook was given (its parsed command line, which workers inherit)."""
