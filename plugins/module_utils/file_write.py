@@ -41,19 +41,40 @@ def diff_entry(path, before, after: str) -> dict:
 
 
 def write_atomic(module, path, data: bytes, mode=None, keep_dest_attrs=True) -> None:
-    """Write ``data`` to a temporary file beside ``path`` (``mode`` on it, where given) and rename it
-    over ``path``. ``atomic_move`` gives a new file the umask's mode and, with ``keep_dest_attrs``,
-    carries an old file's owner, group and mode over: set the wanted attributes after."""
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``; where ``mode``
+    (an int) is given, ``path`` has it afterwards and is never wider while it has its name.
+
+    ``atomic_move`` gives a new file 0666 minus the umask once it is renamed and, with
+    ``keep_dest_attrs``, carries an old file's owner, group and mode over. So the move runs under
+    a umask that leaves at most ``mode`` (a private key is never world-readable, not even between
+    the rename and the chmod), and ``mode`` is set after it. Owner and group are the caller's."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        if mode is not None:
+        if mode is None:
+            module.atomic_move(tmp, path, unsafe_writes=False, keep_dest_attrs=keep_dest_attrs)
+        else:
             os.chmod(tmp, mode)
-        module.atomic_move(tmp, path, unsafe_writes=False, keep_dest_attrs=keep_dest_attrs)
+            umask = os.umask(0o777 & ~mode)
+            try:
+                module.atomic_move(tmp, path, unsafe_writes=False, keep_dest_attrs=keep_dest_attrs)
+            finally:
+                os.umask(umask)
+            os.chmod(path, mode)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _octal(mode):
+    """``mode`` as an int where it is one or an octal string ("0600"), else None (symbolic modes
+    are left to set_fs_attributes_if_different)."""
+    if isinstance(mode, int):
+        return mode
+    if isinstance(mode, str) and mode.isdigit() and all(c in "01234567" for c in mode):
+        return int(mode, 8)
+    return None
 
 
 def _missing(path) -> list:
@@ -108,13 +129,16 @@ def ensure_file(module, path, content: str, mode=None, owner=None, group=None, *
         return module.set_fs_attributes_if_different(file_args(module, path, mode, owner, group), changed)
     if changed:
         tmp_mode = None
-        if have is None and mode is None:
-            # As copy: a new file without a mode gets the umask's (mkstemp makes it 0600).
-            umask = os.umask(0)
-            os.umask(umask)
-            tmp_mode = 0o666 & ~umask
+        if have is None:
+            # A new file has the wanted mode from the moment it has its name (a secret is never
+            # readable by others); without one, the umask's, as with ansible.builtin.copy
+            # (mkstemp makes it 0600).
+            tmp_mode = _octal(mode)
+            if tmp_mode is None:
+                umask = os.umask(0)
+                os.umask(umask)
+                tmp_mode = 0o666 & ~umask
         # An old file's owner, group and mode carry over (then the wanted ones are set where
-        # given). A new one: atomic_move gives it the umask's mode once it has its name, and the
-        # wanted attributes are set after that.
+        # given, below).
         write_atomic(module, path, want, tmp_mode, keep_dest_attrs=have is not None)
     return module.set_fs_attributes_if_different(file_args(module, path, mode, owner, group), changed)

@@ -137,3 +137,42 @@ def test_an_unreadable_file_fails_the_module_naming_it(tmp_path, monkeypatch):
         fw.current_bytes(module, str(tmp_path / "d"))
     assert failed["msg"].startswith(f"cannot read {tmp_path / 'd'}:") and failed["path"] == str(tmp_path / "d")
     assert fw.current_bytes(module, str(tmp_path / "none")) is None
+
+
+def test_a_new_secret_is_never_wider_than_its_mode_once_it_has_its_name(tmp_path, monkeypatch):
+    """atomic_move gives a new file 0666 minus the umask right after the rename: a private key
+    was 0644 under its real name until the chmod after it."""
+    module = _module()
+    real_move = module.atomic_move
+    seen = []
+
+    def move_and_look(src, dest, **kwargs):
+        real_move(src, dest, **kwargs)
+        seen.append(_mode(dest))
+
+    monkeypatch.setattr(module, "atomic_move", move_and_look)
+    old_umask = os.umask(0o022)
+    try:
+        path = str(tmp_path / "id_rsa")
+        assert fw.ensure_file(module, path, "KEY\n", "0600", secret=True) is True
+        assert os.umask(0o022) == 0o022  # the process umask is back as it was
+    finally:
+        os.umask(old_umask)
+    assert seen == [0o600] and _mode(path) == 0o600
+
+
+def test_a_mode_given_to_write_atomic_is_the_files_afterwards_new_or_old(tmp_path):
+    """docker_daemon_json's restart marker (0600) and record (0644): an old file's mode used to
+    carry over, and a new one got the umask's."""
+    module = _module()
+    old = tmp_path / "pending.json"
+    old.write_text("{}\n")
+    old.chmod(0o644)
+    fw.write_atomic(module, str(old), b"{\"a\": 1}\n", 0o600)
+    assert old.read_bytes() == b"{\"a\": 1}\n" and _mode(old) == 0o600
+    umask = os.umask(0o002)
+    try:
+        fw.write_atomic(module, str(tmp_path / "record.json"), b"{}\n", 0o644)
+    finally:
+        os.umask(umask)
+    assert _mode(tmp_path / "record.json") == 0o644
