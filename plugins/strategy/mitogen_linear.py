@@ -337,6 +337,12 @@ def controller_skip(host, task, task_vars, play_context, loader):
     if (_RawTaskResult is None or not task.when or task.loop_with or task.loop is not None
             or task.delegate_to is not None):
         return None
+    return _false_condition_result(host, task, task_vars, play_context, loader)
+
+
+def _false_condition_result(host, task, task_vars, play_context, loader):
+    """controller_skip's evaluation of ``task.when`` for ``host``, without the loop: the skipped
+    result, or None where the condition is true or raises."""
     variables = worker_variables(task, task_vars, loader)
     templar = TemplateEngine(loader=loader, variables=variables)
     conditions = task.when
@@ -385,6 +391,79 @@ def controller_empty_loop(task, task_vars, loader):
     return dict(changed=False, skipped=True, skipped_reason="No items in the list", results=[])
 
 
+LOOP_VARIABLES = frozenset({"ansible_loop", "ansible_loop_var", "ansible_index_var"})
+
+
+class _ReachedNode(Exception):
+    """A looped task that controller_skipped_loop runs here would have reached the node."""
+
+
+class _SkipOnlyExecutor(TaskExecutor):
+    """TaskExecutor that stops where it would connect to the node."""
+
+    def _get_connection(self, cvars, templar, current_connection):
+        raise _ReachedNode()
+
+
+class _HeldCallbacks:
+    """The final queue's send_callback held back until the task is known to need no worker (its
+    per-item callbacks are sent once, by whichever runs it); everything else passes through."""
+
+    def __init__(self, final_q):
+        self._final_q = final_q
+        self.held = []
+
+    def send_callback(self, *args, **kwargs):
+        self.held.append((args, kwargs))
+
+    def __getattr__(self, name):
+        return getattr(self._final_q, name)
+
+
+def controller_skipped_loop(host, task, task_vars, play_context, loader, variable_manager, final_q):
+    """The result a worker returns for a looped task whose ``when`` is false for every item, made
+    here: a stage's per-item steps that do not apply on this node (modules to load where they are
+    loaded, directories of a tool the node does not use) each cost a fork per host for nothing.
+    The condition must name none of the loop's variables (the loop_var, the index_var,
+    ansible_loop...), so it reads the same for every item: it is evaluated once, as
+    controller_skip does, and where it is false Ansible's own TaskExecutor runs the task here,
+    so the registered result, each item's result and the per-item callbacks are the worker's.
+    That executor stops where it would connect (a condition that read another way for an
+    item): then nothing is sent, and a worker runs the task from the start (a lookup in the loop
+    is then templated twice, both times in the controller, as a worker's would be). Returns the
+    result and the per-item callbacks for the final queue, to be sent after v2_runner_on_start
+    as a worker's are; ``None`` where a worker has to run it: no loop or a ``with_*`` lookup,
+    delegate_to, until/retries, async, timeout, a pause or break_when in loop_control, a
+    condition that names a loop variable, is true or raises."""
+    control = task.loop_control
+    if (_RawTaskResult is None or not task.when or task.loop is None or task.loop_with
+            or task.delegate_to is not None or task.until or task.async_val or task.timeout
+            or (control is not None and (control.pause or control.break_when))):
+        return None
+    names = set(LOOP_VARIABLES) | {"item"}
+    for name in ((control.loop_var, control.index_var) if control is not None else ()):
+        if name is not None and not (isinstance(name, str) and _NAME.fullmatch(name)):
+            return None  # a templated loop_var: which name the items take is not known here
+        if name:
+            names.add(name)
+    if any(name in names for cond in task.when if isinstance(cond, str) for name in _NAME.findall(cond)):
+        return None
+    if any(not isinstance(cond, (str, bool)) for cond in task.when):
+        return None
+    if _false_condition_result(host, task, task_vars, play_context, loader) is None:
+        return None
+    held = _HeldCallbacks(final_q)
+    raw = run_in_controller(host, task, task_vars, play_context, loader, variable_manager, held,
+                            executor=_SkipOnlyExecutor)
+    data = raw._return_data
+    if not (isinstance(data, dict) and data.get("skipped") and data.get("results")
+            and all(isinstance(r, dict) and r.get("skipped") for r in data["results"])):
+        # not every item skipped: one would have reached the node (TaskExecutor.run turns
+        # _ReachedNode into a failed result) or failed here; a worker runs it and reports it
+        return None
+    return raw, held.held
+
+
 # Actions that never reach the node: they template and judge the task's variables in the
 # controller, wherever they run. Run by the strategy itself (run_in_controller).
 CONTROLLER_ACTIONS = frozenset({
@@ -417,7 +496,8 @@ def tries_controller_first(task) -> bool:
             and not task.until and not task.async_val and not task.timeout)
 
 
-def run_in_controller(host, task, task_vars, play_context, loader, variable_manager, final_q):
+def run_in_controller(host, task, task_vars, play_context, loader, variable_manager, final_q, *,
+                      executor=TaskExecutor):
     """Run ``task`` on ``host`` with Ansible's own TaskExecutor, as WorkerProcess._run does, here
     instead of in a forked worker; return the result the worker would put on the results queue.
     TaskExecutor sets the task's fields to their templated values for this host (post_validate),
@@ -426,8 +506,8 @@ def run_in_controller(host, task, task_vars, play_context, loader, variable_mana
     own = task.copy(exclude_tasks=True)
     try:
         with _task.TaskContext(own):
-            result = TaskExecutor(host, own, dict(task_vars), play_context, loader,
-                                  plugin_loader.get_plugin_loader_namespace(), final_q, variable_manager).run()
+            result = executor(host, own, dict(task_vars), play_context, loader,
+                              plugin_loader.get_plugin_loader_namespace(), final_q, variable_manager).run()
     except Exception as exc:  # noqa: BLE001 TaskExecutor.run returns its own errors; anything else fails the task, as in a worker
         result = _error_utils.result_dict_from_exception(exc)
     return _RawTaskResult(host=host, task=own, return_data=result, task_fields=own.dump_attrs())
@@ -459,15 +539,19 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         return super()._wait_on_pending_results(iterator)
 
     def _queue_task(self, host, task, task_vars, play_context):
-        """A task whose condition is false for ``host`` gets its skipped result here, and a
-        controller action (runs_in_controller) runs here, with StrategyBase._queue_task's
+        """A task whose condition is false for ``host`` gets its skipped result here (with a loop:
+        controller_empty_loop, controller_skipped_loop), and a controller action
+        (runs_in_controller) runs here, with StrategyBase._queue_task's
         bookkeeping (the queued task cache, v2_runner_on_start, one more pending result); the
         result is held for _wait_on_pending_results. Any other task goes to a worker."""
         result = controller_skip(host, task, task_vars, play_context, self._loader)
         if result is None:
             result = controller_empty_loop(task, task_vars, self._loader)
-        raw = None
-        if result is None and (runs_in_controller(task) or tries_controller_first(task)):
+        raw, item_callbacks = None, ()
+        if result is None and (looped := controller_skipped_loop(host, task, task_vars, play_context, self._loader,
+                                                                 self._variable_manager, self._final_q)):
+            raw, item_callbacks = looped
+        if result is None and raw is None and (runs_in_controller(task) or tries_controller_first(task)):
             raw = run_in_controller(host, task, task_vars, play_context, self._loader, self._variable_manager,
                                     self._final_q)
             if isinstance(raw._return_data, dict) and raw._return_data.get(NEEDS_WORKER):
@@ -477,6 +561,8 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
         self._tqm.send_callback("v2_runner_on_start", host, task)
+        for args, kwargs in item_callbacks:
+            self._final_q.send_callback(*args, **kwargs)
         self._pending_results += 1
         self._held_results.append(
             raw if raw is not None else

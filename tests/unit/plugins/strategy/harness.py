@@ -30,11 +30,11 @@ COUNTING = textwrap.dedent("""
 """)
 
 
-def run_playbook(tmp_path, arm, tasks):
+def run_playbook(tmp_path, arm, tasks, **env):
     """``tasks`` as one play on node-a and node-b (vars flag and none_true false, ``out`` the path
     a task may write to as ``{{ out }}.{{ inventory_hostname }}``) under strategy ``arm``: the
     completed process, what node-a's task wrote there (parsed JSON) or None, the workers forked,
-    the PLAY RECAP lines."""
+    the PLAY RECAP lines. ``env``: more environment for ansible-playbook."""
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "Conditions", "hosts": "all", "gather_facts": False,
                                      "vars": {"flag": False, "none_true": False}, "tasks": tasks}]))
@@ -46,6 +46,6 @@ def run_playbook(tmp_path, arm, tasks):
                         "-e", f"ansible_python_interpreter={sys.executable}",
                         "-e", json.dumps({"out": str(out)}), str(book)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env=ansible_env(tmp_path, FORKS=str(forks), ANSIBLE_STRATEGY=arm))
+                       env=ansible_env(tmp_path, FORKS=str(forks), ANSIBLE_STRATEGY=arm, **env))
     recap = re.findall(r"^node-\w\s+:.*$", r.stdout, re.M)  # the PLAY RECAP lines
     return r, (json.loads(written.read_text()) if written.exists() else None), int(forks.read_text()), recap

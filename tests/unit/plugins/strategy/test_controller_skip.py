@@ -140,3 +140,63 @@ def test_a_condition_reads_connection_variables_through_the_play_context_only_wh
     ]
     got, _, _ = _same_as_linear(tmp_path, tasks)
     assert got["indirect"]["skipped"] is True and got["runs"]["ansible_facts"] == {"x": 1}
+
+
+def _skipping_lines(proc):
+    """The default callback's lines for skipped items and tasks, sorted (the hosts' workers write
+    theirs in whichever order they finish)."""
+    return sorted(line for line in proc.stdout.splitlines() if line.startswith("skipping:"))
+
+
+def test_a_loop_whose_condition_is_false_for_every_item_is_skipped_in_the_controller(tmp_path):
+    """A looped task whose condition names no loop variable and is false gets, without a fork, the
+    worker's result: every item's skipped result (item, loop var, index var, ansible_loop, label)
+    and the per-item callbacks. A condition that names the item, reads it through another variable,
+    or is true, and a loop that is no list, still go to a worker."""
+    tasks = [
+        {"name": "Skipped for every item", "ansible.builtin.command": "false", "loop": [1, 2, 3],
+         "when": "flag", "register": "r_plain"},
+        {"name": "Skipped with loop_control", "ansible.builtin.command": "false",
+         "loop": "{{ [{'n': 'a'}, {'n': 'b'}] }}", "when": ["not none_true", "flag"],
+         "loop_control": {"loop_var": "nic", "index_var": "i", "extended": True, "label": "{{ nic.n }}"},
+         "register": "r_control"},
+        {"name": "Skipped with no_log", "ansible.builtin.command": "false", "loop": [1], "when": "flag",
+         "no_log": True, "register": "r_nolog"},
+        {"name": "Names the item", "ansible.builtin.debug": {"msg": "{{ item }}"}, "loop": [1, 2],
+         "when": "item == 5", "register": "r_item"},
+        {"name": "Reads the item through another variable", "ansible.builtin.debug": {"msg": "x"},
+         "vars": {"is_two": "{{ item == 2 }}"}, "loop": [1, 2], "when": "not is_two and flag",
+         "register": "r_indirect"},
+        {"name": "True for every item", "ansible.builtin.debug": {"msg": "{{ item }}"}, "loop": [1],
+         "when": "not flag", "register": "r_true"},
+        {"name": "Write what was registered", "ansible.builtin.copy": {
+            "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
+            "content": "{{ {'plain': r_plain, 'control': r_control, 'nolog': r_nolog, 'item': r_item,"
+                       " 'indirect': r_indirect, 'true': r_true} | to_json }}"}},
+    ]
+    shown = {"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"}
+    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks, **shown)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks, **shown)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert got == want
+    assert ours_recap == plain_recap and len(ours_recap) == 2
+    assert _skipping_lines(ours) == _skipping_lines(plain) and len(_skipping_lines(ours)) >= 6 * 2
+    assert got["plain"]["msg"] == "All items skipped" and [r["item"] for r in got["plain"]["results"]] == [1, 2, 3]
+    assert all(r["false_condition"] == "flag" for r in got["plain"]["results"])
+    assert [(r["nic"], r["i"], r["_ansible_item_label"] if "_ansible_item_label" in r else r["nic"]["n"])
+            for r in got["control"]["results"]] == [({"n": "a"}, 0, "a"), ({"n": "b"}, 1, "b")]
+    assert got["control"]["results"][1]["ansible_loop"]["last"] is True
+    # the three skipped loops on 2 hosts; names the item, indirect, true and the copy fork
+    assert plain_forks - ours_forks == 3 * 2, (plain_forks, ours_forks)
+
+
+def test_a_skipped_loop_of_no_list_fails_in_the_worker_as_before(tmp_path):
+    tasks = [{"name": "A loop of a string", "ansible.builtin.debug": {"msg": "x"}, "loop": "{{ 'abc' }}",
+              "when": "flag"}]
+    ours, _, _, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+    plain, _, _, plain_recap = _run(tmp_path, "linear", tasks)
+    assert ours.returncode == plain.returncode == 2, ours.stdout + plain.stdout
+    assert ours_recap == plain_recap
+    fatal = sorted(line for line in ours.stdout.splitlines() if line.startswith("fatal:"))
+    assert fatal == sorted(line for line in plain.stdout.splitlines() if line.startswith("fatal:")) and fatal
