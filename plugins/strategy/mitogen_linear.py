@@ -398,10 +398,13 @@ class _ReachedNode(Exception):
     """A looped task that controller_skipped_loop runs here would have reached the node."""
 
 
-class _SkipOnlyExecutor(TaskExecutor):
-    """TaskExecutor that stops where it would connect to the node."""
+class _NodelessExecutor(TaskExecutor):
+    """TaskExecutor that stops where it would connect to the node, and says so (``reached``)."""
+
+    reached = False
 
     def _get_connection(self, cvars, templar, current_connection):
+        self.reached = True
         raise _ReachedNode()
 
 
@@ -452,16 +455,47 @@ def controller_skipped_loop(host, task, task_vars, play_context, loader, variabl
         return None
     if _false_condition_result(host, task, task_vars, play_context, loader) is None:
         return None
-    held = _HeldCallbacks(final_q)
-    raw = run_in_controller(host, task, task_vars, play_context, loader, variable_manager, held,
-                            executor=_SkipOnlyExecutor)
-    data = raw._return_data
+    ran = run_without_node(host, task, task_vars, play_context, loader, variable_manager, final_q)
+    if ran is None:
+        return None
+    data = ran[0]._return_data
     if not (isinstance(data, dict) and data.get("skipped") and data.get("results")
             and all(isinstance(r, dict) and r.get("skipped") for r in data["results"])):
-        # not every item skipped: one would have reached the node (TaskExecutor.run turns
-        # _ReachedNode into a failed result) or failed here; a worker runs it and reports it
+        return None  # not every item skipped (one failed here): a worker runs it and reports it
+    return ran
+
+
+def run_without_node(host, task, task_vars, play_context, loader, variable_manager, final_q):
+    """run_in_controller with Ansible's TaskExecutor stopped where it would connect to the node,
+    and the final queue's callbacks (a loop's per-item ones) held: ``(result, callbacks)``, the
+    callbacks to be sent after v2_runner_on_start as a worker's are; ``None`` where it would have
+    connected (nothing was sent: a worker runs the task from the start)."""
+    held = _HeldCallbacks(final_q)
+    made = []
+
+    def executor(*args):
+        made.append(_NodelessExecutor(*args))
+        return made[-1]
+
+    raw = run_in_controller(host, task, task_vars, play_context, loader, variable_manager, held, executor=executor)
+    if any(e.reached for e in made):
         return None
     return raw, held.held
+
+
+# Includes: TaskExecutor templates their arguments and returns them (with a loop, per item)
+# without a connection; the strategy then reads the included file. Run by the strategy itself,
+# loops included (run_without_node).
+INCLUDE_ACTIONS = frozenset(C._ACTION_INCLUDE_TASKS) | frozenset(C._ACTION_INCLUDE_ROLE)
+
+
+def includes_in_controller(task) -> bool:
+    """Whether ``task`` is an include_tasks or include_role the strategy runs itself: with or
+    without ``loop`` (not a ``with_*`` lookup), no delegate_to, no loop_control pause."""
+    control = task.loop_control
+    return (_RawTaskResult is not None and task.action in INCLUDE_ACTIONS and not task.loop_with
+            and task.delegate_to is None and not task.until and not task.async_val and not task.timeout
+            and not (control is not None and task.loop is not None and control.pause))
 
 
 # Actions that never reach the node: they template and judge the task's variables in the
@@ -540,8 +574,8 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
 
     def _queue_task(self, host, task, task_vars, play_context):
         """A task whose condition is false for ``host`` gets its skipped result here (with a loop:
-        controller_empty_loop, controller_skipped_loop), and a controller action
-        (runs_in_controller) runs here, with StrategyBase._queue_task's
+        controller_empty_loop, controller_skipped_loop), and an include (includes_in_controller)
+        and a controller action (runs_in_controller) run here, with StrategyBase._queue_task's
         bookkeeping (the queued task cache, v2_runner_on_start, one more pending result); the
         result is held for _wait_on_pending_results. Any other task goes to a worker."""
         result = controller_skip(host, task, task_vars, play_context, self._loader)
@@ -551,6 +585,10 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin,
         if result is None and (looped := controller_skipped_loop(host, task, task_vars, play_context, self._loader,
                                                                  self._variable_manager, self._final_q)):
             raw, item_callbacks = looped
+        if result is None and raw is None and includes_in_controller(task) and (
+                ran := run_without_node(host, task, task_vars, play_context, self._loader, self._variable_manager,
+                                        self._final_q)):
+            raw, item_callbacks = ran
         if result is None and raw is None and (runs_in_controller(task) or tries_controller_first(task)):
             raw = run_in_controller(host, task, task_vars, play_context, self._loader, self._variable_manager,
                                     self._final_q)

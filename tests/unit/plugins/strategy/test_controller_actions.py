@@ -144,3 +144,51 @@ def test_a_controller_first_action_answers_here_when_it_can_and_forks_a_worker_w
     assert ours_recap == plain_recap
     # first, other and the copy fork on each host; same does not
     assert plain_forks - ours_forks == 2 and ours_forks == 3 * 2, (plain_forks, ours_forks)
+
+
+def test_includes_run_in_the_strategy_and_include_the_same_tasks_per_host(tmp_path):
+    """include_tasks and include_role (with vars, apply, a loop, a per-host file name, a false
+    condition) are run by the strategy with Ansible's TaskExecutor, which returns their arguments
+    without a connection: each host includes the same tasks with the same variables as under
+    linear, with one fork fewer per include and host; the included tasks still fork."""
+    (tmp_path / "inc-node-a.yml").write_text(json.dumps([
+        {"name": "Included for node-a", "ansible.builtin.set_fact": {"seen_a": "{{ greeting }}-{{ inventory_hostname }}"}}]))
+    (tmp_path / "inc-node-b.yml").write_text(json.dumps([
+        {"name": "Included for node-b", "ansible.builtin.set_fact": {"seen_b": "{{ greeting }}-{{ inventory_hostname }}"}}]))
+    (tmp_path / "each.yml").write_text(json.dumps([
+        {"name": "Per item", "ansible.builtin.set_fact": {"items_seen": "{{ items_seen | default([]) + [each] }}"}}]))
+    tasks_dir = tmp_path / "roles" / "r1" / "tasks"
+    tasks_dir.mkdir(parents=True)
+    (tasks_dir / "main.yml").write_text(json.dumps([
+        {"name": "In the role", "ansible.builtin.set_fact": {"roles_seen": "{{ roles_seen | default([]) + [size] }}"}},
+        {"name": "A module in the role", "ansible.builtin.command": "true", "changed_when": False}]))
+    tasks = [
+        {"name": "Include a file per host", "ansible.builtin.include_tasks": "inc-{{ inventory_hostname }}.yml",
+         "vars": {"greeting": "hi"}},
+        {"name": "Include a file per item", "ansible.builtin.include_tasks": {"file": "each.yml"},
+         "loop": ["x", "y"], "loop_control": {"loop_var": "each"}},
+        {"name": "Include a role per item", "ansible.builtin.include_role": {"name": "r1", "apply": {"tags": ["t"]}},
+         "vars": {"size": "{{ item }}"}, "loop": [1, 2]},
+        {"name": "An include skipped by its condition", "ansible.builtin.include_role": {"name": "r1"},
+         "vars": {"size": 9}, "when": "flag"},
+        {"name": "Write what was registered", "ansible.builtin.copy": {
+            "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
+            "content": "{{ {'a': seen_a | default(none), 'b': seen_b | default(none), 'items': items_seen,"
+                       " 'roles': roles_seen} | to_json }}"}},
+    ]
+    (ours, got, ours_forks, ours_recap), (plain, want, plain_forks, plain_recap) = _both(tmp_path, tasks)
+    assert ours.returncode == plain.returncode == 0, ours.stdout + ours.stderr + plain.stdout
+    assert got == want == {"a": "hi-node-a", "b": None, "items": ["x", "y"], "roles": [1, 2]}
+    assert ours_recap == plain_recap and len(ours_recap) == 2
+    # Only the role's command (twice per host) and the copy fork here; linear forks for the three
+    # includes, the skipped one and the five set_facts they bring, on each host.
+    assert ours_forks == 3 * 2 and plain_forks - ours_forks == (3 + 1 + 5) * 2, (plain_forks, ours_forks)
+
+
+def test_an_include_that_fails_to_template_fails_as_in_the_worker(tmp_path):
+    tasks = [{"name": "Include an undefined file", "ansible.builtin.include_tasks": "{{ no_such_variable }}.yml"}]
+    (ours, _, _, ours_recap), (plain, _, _, plain_recap) = _both(tmp_path, tasks)
+    assert ours.returncode == plain.returncode == 2, ours.stdout + ours.stderr
+    assert ours_recap == plain_recap
+    fatal = sorted(line for line in ours.stdout.splitlines() if line.startswith("fatal:"))
+    assert fatal and fatal == sorted(line for line in plain.stdout.splitlines() if line.startswith("fatal:"))
