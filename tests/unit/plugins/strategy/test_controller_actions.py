@@ -151,10 +151,10 @@ def test_includes_run_in_the_strategy_and_include_the_same_tasks_per_host(tmp_pa
     condition) are run by the strategy with Ansible's TaskExecutor, which returns their arguments
     without a connection: each host includes the same tasks with the same variables as under
     linear, with one fork fewer per include and host; the included tasks still fork."""
-    (tmp_path / "inc-node-a.yml").write_text(json.dumps([
-        {"name": "Included for node-a", "ansible.builtin.set_fact": {"seen_a": "{{ greeting }}-{{ inventory_hostname }}"}}]))
-    (tmp_path / "inc-node-b.yml").write_text(json.dumps([
-        {"name": "Included for node-b", "ansible.builtin.set_fact": {"seen_b": "{{ greeting }}-{{ inventory_hostname }}"}}]))
+    for host in ("a", "b"):
+        (tmp_path / f"inc-node-{host}.yml").write_text(json.dumps([
+            {"name": f"Included for node-{host}",
+             "ansible.builtin.set_fact": {f"seen_{host}": "{{ greeting }}-{{ inventory_hostname }}"}}]))
     (tmp_path / "each.yml").write_text(json.dumps([
         {"name": "Per item", "ansible.builtin.set_fact": {"items_seen": "{{ items_seen | default([]) + [each] }}"}}]))
     tasks_dir = tmp_path / "roles" / "r1" / "tasks"
