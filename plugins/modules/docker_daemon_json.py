@@ -140,6 +140,13 @@ options:
     description:
       - The daemon.json keys of O(contribution_name); C({}) withdraws them.
     type: dict
+  report_unit:
+    description:
+      - After the merge, read this systemd unit's C(LoadState), C(UnitFileState) and C(ActiveState)
+        (C(systemctl show)) and return them as RV(unit), so the role's enable-and-start step is
+        skipped where the engine is enabled and running already (a step that finds nothing to do
+        still costs a worker per node every run). Read-only.
+    type: str
   only_if_unit_loaded:
     description:
       - Merge only where this systemd unit (C(docker.service)) is loaded, as
@@ -264,6 +271,11 @@ merged:
   description: Whether daemon.json was merged (false where O(only_if_unit_loaded) is not loaded).
   returned: always
   type: bool
+unit:
+  description: O(report_unit)'s C(LoadState), C(UnitFileState) and C(ActiveState), read after the merge.
+  returned: when O(report_unit) is given and daemon.json was merged
+  type: dict
+  sample: {LoadState: loaded, UnitFileState: enabled, ActiveState: active}
 contribution_file:
   description: The file of O(contribution_name).
   returned: when O(contribution_name) is given
@@ -339,6 +351,7 @@ ARGUMENT_SPEC = dict(
     contribution_name=dict(type="str"),
     contribution=dict(type="dict"),
     only_if_unit_loaded=dict(type="str"),
+    report_unit=dict(type="str"),
     state=dict(type="str", choices=["merged", "rolled_back"], default="merged"),
 )
 
@@ -537,15 +550,27 @@ def _keep_contribution(module, mine):
     return changed or file_changed
 
 
-def _unit_load_state(module, unit):
-    """``systemctl show -p LoadState --value <unit>``: ``loaded``, ``not-found``, ``masked``, ..."""
+UNIT_STATES = ("LoadState", "UnitFileState", "ActiveState")
+
+
+def _unit_states(module, unit, states=UNIT_STATES, note=""):
+    """``systemctl show -p <state> ... <unit>`` as a dict: LoadState ``loaded``, ``not-found``,
+    ``masked``...; UnitFileState ``enabled``, ``disabled``...; ActiveState ``active``, ``inactive``...
+    ``note`` ends the failure's message."""
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
-        module.fail_json(msg=f"cannot tell whether {unit} is loaded: systemctl not found (nothing written)")
-    rc, out, err = module.run_command([systemctl, "show", "-p", "LoadState", "--value", unit])
+        module.fail_json(msg=f"cannot read the state of {unit}: systemctl not found{note}")
+    argv = [systemctl, "show"] + [a for state in states for a in ("-p", state)] + [unit]
+    rc, out, err = module.run_command(argv)
     if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed (nothing written): {(err or out).strip()}", rc=rc)
-    return (out or "").strip()
+        module.fail_json(msg=f"systemctl show {unit} failed{note}: {(err or out).strip()}", rc=rc)
+    got = dict(line.split("=", 1) for line in (out or "").splitlines() if "=" in line)
+    return {state: got.get(state, "") for state in states}
+
+
+def _unit_load_state(module, unit):
+    """The unit's LoadState (_unit_states), before anything is written."""
+    return _unit_states(module, unit, ("LoadState",), " (nothing written)")["LoadState"]
 
 
 def _keep_only(module, mine, sources, version):
@@ -694,6 +719,8 @@ def run(module, which=None):
         result.update(contribution_file=mine["path"], contribution_changed=mine_changed)
         if module._diff:
             result["diff"] = [_contribution_diff(mine), result["diff"]]
+    if p["report_unit"]:
+        result["unit"] = _unit_states(module, p["report_unit"])
     module.exit_json(**result)
 
 
