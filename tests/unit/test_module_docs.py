@@ -31,8 +31,18 @@ def docs(tmp_path_factory) -> dict[str, dict]:
 
 
 def _code_facts(module: str) -> tuple[bool, bool]:
-    """(supports_check_mode=True passed to AnsibleModule, module._diff read) from the source."""
-    tree = ast.parse((ROOT / "plugins" / "modules" / f"{module}.py").read_text())
+    """(supports_check_mode=True passed to AnsibleModule, module._diff read) from the source. A
+    module file with no code (the documentation of an action plugin, plugins/action/<module>.py)
+    answers from the action: ``_supports_check_mode = True`` set on it, ``_diff`` read."""
+    source = (ROOT / "plugins" / "modules" / f"{module}.py").read_text()
+    action = ROOT / "plugins" / "action" / f"{module}.py"
+    if "AnsibleModule" not in source and action.exists():
+        tree = ast.parse(action.read_text())
+        check = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is True
+                    and any(getattr(t, "id", None) == "_supports_check_mode" for t in n.targets)
+                    for n in ast.walk(tree))
+        return check, any(isinstance(n, ast.Attribute) and n.attr == "_diff" for n in ast.walk(tree))
+    tree = ast.parse(source)
     check = any(
         isinstance(n, ast.keyword) and n.arg == "supports_check_mode"
         and isinstance(n.value, ast.Constant) and n.value.value is True
