@@ -55,6 +55,29 @@ def parse_query(text: str) -> dict[str, str]:
     return out
 
 
+# db:Status-Abbrev's first letter, the desired state: dpkg's selection (dpkg-query(1)).
+WANT = {"u": "unknown", "i": "install", "h": "hold", "r": "deinstall", "p": "purge"}
+
+
+def parse_wants(text: str) -> dict[str, str]:
+    """``{package: selection}`` (``install``, ``hold``, ``deinstall``, ``purge``, ``unknown``) of
+    every package instance in ``dpkg-query -W -f QUERY_FORMAT`` output, installed or not, from the
+    desired-state letter of ``db:Status-Abbrev``: what ``dpkg --get-selections`` prints for it. An
+    architecture-qualified name is also recorded under its bare name (the first instance's)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[0].strip() or not fields[2]:
+            continue
+        name, want = fields[0].strip(), WANT.get(fields[2][0])
+        if want is None:
+            continue
+        out[name] = want
+        if ":" in name:
+            out.setdefault(name.split(":", 1)[0], want)
+    return out
+
+
 def unsatisfied(installed: dict[str, str], wanted: list[str]) -> list[str]:
     """The entries of ``wanted`` (apt's ``name``, ``name=version`` or ``name=version*``) that
     ``installed`` (:func:`parse_query`) does not satisfy, in their order. ``version*`` is a prefix,

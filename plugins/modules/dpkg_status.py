@@ -59,6 +59,14 @@ missing:
   type: list
   elements: str
   sample: [perftest]
+selections:
+  description:
+    - Every package instance of O(name) dpkg knows (installed or not) to its selection, the
+      desired state C(dpkg --get-selections) prints (C(install), C(hold), C(deinstall), C(purge)),
+      read from the same query (also under C(name:arch)).
+  returned: always
+  type: dict
+  sample: {nvidia-driver: hold, rdma-core: install}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -66,6 +74,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import (
     QUERY_FORMAT,
     command,
     parse_query,
+    parse_wants,
     unsatisfied,
 )
 
@@ -78,7 +87,7 @@ ARGUMENT_SPEC = {
 def run(module) -> dict:
     wanted = [n for n in module.params["name"] if n]
     if not wanted:
-        return {"changed": False, "installed": {}, "missing": []}
+        return {"changed": False, "installed": {}, "missing": [], "selections": {}}
     argv = command(module.get_bin_path("dpkg-query", required=True), module.params.get("admindir"))
     names = list(dict.fromkeys(w.partition("=")[0] for w in wanted))
     rc, out, err = module.run_command([*argv, "-W", "-f", QUERY_FORMAT, *names])
@@ -86,7 +95,8 @@ def run(module) -> dict:
     if rc not in (0, 1) or (rc == 1 and "no packages found matching" not in err):
         module.fail_json(msg=f"dpkg-query -W failed (rc {rc}): {err.strip() or out.strip()}")
     installed = parse_query(out)
-    return {"changed": False, "installed": installed, "missing": unsatisfied(installed, wanted)}
+    return {"changed": False, "installed": installed, "missing": unsatisfied(installed, wanted),
+            "selections": parse_wants(out)}
 
 
 def main():

@@ -6,6 +6,7 @@ import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import (
     QUERY_FORMAT,
     parse_query,
+    parse_wants,
     parse_selections,
     plan_selections,
     render,
@@ -139,3 +140,23 @@ def test_the_dpkg_unsatisfied_filter_is_the_modules_own_rule(tmp_path):
     missing = FilterModule().filters()["dpkg_unsatisfied"]
     assert missing(installed, ["libibverbs1=44.0-2", "rdma-core=44.*", "perftest"]) == ["perftest"]
     assert missing(installed, ["libibverbs1=45.0-1"]) == ["libibverbs1=45.0-1"]
+
+
+def test_wants_reader_says_what_dpkg_get_selections_says(tmp_path):
+    """parse_wants reads the selection from dpkg-query's status letters; dpkg --get-selections on
+    the same database is the reference (hold, install, deinstall; an unknown name in neither)."""
+    import subprocess
+
+    names = ["rdma-core", "libibverbs1", "perftest", "nvidia-container-toolkit", "ibverbs-utils"]
+    wants = parse_wants(_query(tmp_path, names).stdout)
+    sel = subprocess.run(["dpkg", f"--admindir={tmp_path / 'dpkg'}", "--get-selections", *names],
+                         capture_output=True, text=True, check=True)
+    reference = dict(line.split() for line in sel.stdout.splitlines())
+    assert {k: v for k, v in wants.items() if k in reference} == reference
+    assert wants == {"rdma-core": "install", "libibverbs1:amd64": "hold", "libibverbs1": "hold",
+                     "perftest": "deinstall", "nvidia-container-toolkit": "install"}
+
+
+def test_wants_reader_ignores_noise():
+    text = "dpkg-query: no packages found matching x\n\nbash\t5.2\thi \nbroken line\nodd\t1\tzi \n"
+    assert parse_wants(text) == {"bash": "hold"}
