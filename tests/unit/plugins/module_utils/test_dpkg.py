@@ -6,8 +6,8 @@ import pytest
 from ansible_collections.gpucluster.cluster.plugins.module_utils.dpkg import (
     QUERY_FORMAT,
     parse_query,
-    parse_wants,
     parse_selections,
+    parse_wants,
     plan_selections,
     render,
     set_selections_input,
