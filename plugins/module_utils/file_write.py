@@ -142,3 +142,23 @@ def ensure_file(module, path, content: str, mode=None, owner=None, group=None, *
         # given, below).
         write_atomic(module, path, want, tmp_mode, keep_dest_attrs=have is not None)
     return module.set_fs_attributes_if_different(file_args(module, path, mode, owner, group), changed)
+
+
+def ensure_absent(module, path, diffs=None) -> bool:
+    """Remove the file or link ``path`` (a dangling link too) where it is there, as
+    ansible.builtin.file ``state=absent`` does for them; a directory is the caller's to refuse.
+    The removal is added to ``diffs`` (where given) as ``file``/``link`` -> ``absent``.
+    -> changed (or would be, in check mode)."""
+    if not os.path.lexists(path):
+        return False
+    if diffs is not None:
+        kind = "link" if os.path.islink(path) else "file"
+        diffs.append({"before_header": path, "after_header": path, "before": f"{kind}\n", "after": "absent\n"})
+    if not module.check_mode:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            module.fail_json(msg=f"cannot remove {path}: {exc}", path=path)
+    return True

@@ -17,11 +17,13 @@ description:
   - A file is written only when its content differs, to a temporary file in the same directory
     and then renamed over the old one (atomic); owner, group and mode are set where they differ.
     A directory is created with its missing parents, each with the entry's owner, group and mode.
+    An C(absent) entry's file or link is removed where it is there.
   - Render templates on the controller into O(files[].content) with
     C(lookup('ansible.builtin.template', ...)).
   - Refuses the whole set before changing anything when an entry's path is relative, a file's
-    path is an existing directory or a directory's path an existing file, or a file is given both
-    O(files[].content) and O(files[].secret_content).
+    path is an existing directory or a directory's path an existing file, a file is given both
+    O(files[].content) and O(files[].secret_content), or an C(absent) entry's path is a directory
+    or is given content.
 version_added: "0.1.0"
 author:
   - gpucluster contributors
@@ -37,9 +39,11 @@ options:
         type: path
         required: true
       state:
-        description: C(file) writes O(files[].content); C(directory) makes the directory.
+        description:
+          - C(file) writes O(files[].content); C(directory) makes the directory; C(absent) removes the
+            file or link (not a directory).
         type: str
-        choices: [file, directory]
+        choices: [file, directory, absent]
         default: file
       content:
         description: The file's whole content (C(state=file)).
@@ -67,7 +71,7 @@ attributes:
     support: full
   diff_mode:
     support: full
-    details: One diff per file whose content changes; directories report their creation.
+    details: One diff per file whose content changes; directories report their creation, removed files their removal.
   platform:
     platforms: posix
 seealso:
@@ -89,7 +93,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed_paths:
-  description: The paths this run created, wrote or changed the attributes of (or would, in check mode).
+  description: The paths this run created, wrote, changed the attributes of or removed (or would, in check mode).
   returned: always
   type: list
   elements: str
@@ -99,14 +103,18 @@ changed_paths:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.cluster.plugins.module_utils.file_write import ensure_directory, ensure_file
+from ansible_collections.gpucluster.cluster.plugins.module_utils.file_write import (
+    ensure_absent,
+    ensure_directory,
+    ensure_file,
+)
 
 ARGUMENT_SPEC = {
     "files": {
         "type": "list", "elements": "dict", "required": True,
         "options": {
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["file", "directory"], "default": "file"},
+            "state": {"type": "str", "choices": ["file", "directory", "absent"], "default": "file"},
             "content": {"type": "str", "default": "", "no_log": False},
             "secret_content": {"type": "str", "no_log": True},
             "mode": {"type": "raw"},
@@ -128,6 +136,10 @@ def problems(entries) -> list[str]:
             out.append(f"{path}: is a directory, not a file")
         elif e["state"] == "directory" and os.path.lexists(path) and not os.path.isdir(path):
             out.append(f"{path}: exists and is not a directory")
+        elif e["state"] == "absent" and os.path.isdir(path) and not os.path.islink(path):
+            out.append(f"{path}: is a directory; state=absent removes a file or a link")
+        elif e["state"] == "absent" and (e["content"] or e["secret_content"] is not None):
+            out.append(f"{path}: give no content for state=absent")
         elif e["secret_content"] is not None and e["content"]:
             out.append(f"{path}: give content or secret_content, not both")
     return out
@@ -137,6 +149,8 @@ def ensure_entry(module, entry, diffs) -> bool:
     """Bring one entry to its state (module_utils/file_write.py) -> changed."""
     if entry["state"] == "directory":
         return ensure_directory(module, entry["path"], entry["mode"], entry["owner"], entry["group"], diffs)
+    if entry["state"] == "absent":
+        return ensure_absent(module, entry["path"], diffs)
     secret = entry["secret_content"] is not None
     content = entry["secret_content"] if secret else entry["content"]
     return ensure_file(module, entry["path"], content, entry["mode"], entry["owner"], entry["group"],

@@ -108,3 +108,32 @@ def test_content_and_secret_content_together_are_refused(tmp_path, capsys):
     rc, result = _run(capsys, [{"path": str(tmp_path / "k"), "content": "a", "secret_content": "PRIVATE KEY"}])
     assert rc == 1 and "give content or secret_content, not both" in result["msg"]
     assert not (tmp_path / "k").exists()
+
+
+def test_an_absent_entry_removes_a_file_or_a_link_and_a_rerun_changes_nothing(tmp_path, capsys):
+    (tmp_path / "old.list").write_text("deb http://example.org/ x main\n")
+    (tmp_path / "target").write_text("kept\n")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    files = [{"path": str(tmp_path / name), "state": "absent"} for name in ("old.list", "link", "dangling", "missing")]
+    rc, result = _run(capsys, files, _ansible_check_mode=True, _ansible_diff=True)
+    assert rc == 0 and result["changed_paths"] == [str(tmp_path / n) for n in ("old.list", "link", "dangling")]
+    assert (tmp_path / "old.list").exists() and os.path.lexists(tmp_path / "dangling")  # check mode: nothing removed
+    assert [d["before"] for d in result["diff"]] == ["file\n", "link\n", "link\n"]
+    assert {d["after"] for d in result["diff"]} == {"absent\n"}
+    rc, result = _run(capsys, files)
+    assert rc == 0 and result["changed"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]  # a link's target stays
+    rc, again = _run(capsys, files)
+    assert rc == 0 and again["changed"] is False and again["changed_paths"] == []
+
+
+def test_an_absent_entry_at_a_directory_or_with_content_refuses_the_whole_set(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("x\n")
+    rc, result = _run(capsys, [{"path": str(tmp_path / "f"), "state": "absent"},
+                               {"path": str(tmp_path / "d"), "state": "absent"}])
+    assert rc == 1 and f"{tmp_path / 'd'}: is a directory; state=absent removes a file or a link" in result["msg"]
+    assert (tmp_path / "f").exists()  # nothing was changed
+    rc, result = _run(capsys, [{"path": str(tmp_path / "f"), "state": "absent", "content": "x"}])
+    assert rc == 1 and "give no content for state=absent" in result["msg"] and (tmp_path / "f").exists()
