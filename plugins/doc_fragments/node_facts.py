@@ -1,6 +1,7 @@
 # Copyright: gpucluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Shared documentation of the read-only fact modules (gpu_facts, rdma_facts)."""
+"""Shared documentation of the read-only fact modules (gpu_facts, rdma_facts, and gather, which runs
+fact modules)."""
 
 from __future__ import annotations
 

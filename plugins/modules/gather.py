@@ -31,15 +31,8 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    platforms: posix
+  - ansible.builtin.action_common_attributes.facts
+  - gpucluster.cluster.node_facts
 """
 
 EXAMPLES = r"""

@@ -594,44 +594,42 @@ def test_contribution_name_is_one_file_name(run, tmp_path, unit_state):
     assert not (tmp_path / "etc").exists()
 
 
-def test_the_unit_is_read_with_systemctl_show_loadstate(run, tmp_path, monkeypatch):
-    asked = []
+@pytest.fixture
+def systemctl(monkeypatch):
+    """systemctl on PATH (and nothing else of get_bin_path's), answering ``answer["reply"]``
+    (rc, stdout, stderr); the argv it was asked with in ``answer["asked"]``."""
+    answer = {"reply": (0, "", ""), "asked": []}
     monkeypatch.setattr(AnsibleModule, "get_bin_path",
                         lambda self, name, *a, **k: "/usr/bin/systemctl" if name == "systemctl" else None)
 
     def run_command(self, args, **kw):
-        asked.append(args)
-        return 0, "LoadState=not-found\n", ""
+        answer["asked"].append(args)
+        return answer["reply"]
 
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    return answer
+
+
+def test_the_unit_is_read_with_systemctl_show_loadstate(run, tmp_path, systemctl):
+    systemctl["reply"] = (0, "LoadState=not-found\n", "")
     result = run(**contribute_args(tmp_path))
-    assert asked == [["/usr/bin/systemctl", "show", "-p", "LoadState", "docker.service"]]
+    assert systemctl["asked"] == [["/usr/bin/systemctl", "show", "-p", "LoadState", "docker.service"]]
     assert result["merged"] is False and result["contribution_changed"]
     assert "unit" not in result
 
 
-def test_report_unit_returns_the_units_states_read_after_the_merge(run, tmp_path, monkeypatch):
+def test_report_unit_returns_the_units_states_read_after_the_merge(run, tmp_path, systemctl):
     """The role skips its enable-and-start step where the engine is enabled and active already."""
-    asked = []
-    monkeypatch.setattr(AnsibleModule, "get_bin_path",
-                        lambda self, name, *a, **k: "/usr/bin/systemctl" if name == "systemctl" else None)
-
-    def run_command(self, args, **kw):
-        asked.append(args)
-        # systemctl prints the properties in its own order, whatever the order of -p
-        return 0, "ActiveState=inactive\nLoadState=loaded\nUnitFileState=enabled\n", ""
-
-    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    # systemctl prints the properties in its own order, whatever the order of -p
+    systemctl["reply"] = (0, "ActiveState=inactive\nLoadState=loaded\nUnitFileState=enabled\n", "")
     result = run(**owner_args(tmp_path), report_unit="docker.service")
     assert result["merged"] is True and result["path"] == str(tmp_path / "etc/docker/daemon.json")
     assert result["unit"] == {"LoadState": "loaded", "UnitFileState": "enabled", "ActiveState": "inactive"}
-    assert asked == [["/usr/bin/systemctl", "show", "-p", "LoadState", "-p", "UnitFileState", "-p", "ActiveState",
-                      "docker.service"]]
+    assert systemctl["asked"] == [["/usr/bin/systemctl", "show", "-p", "LoadState", "-p", "UnitFileState", "-p",
+                                   "ActiveState", "docker.service"]]
 
 
-def test_report_unit_fails_naming_the_unit_where_systemctl_fails(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(AnsibleModule, "get_bin_path",
-                        lambda self, name, *a, **k: "/usr/bin/systemctl" if name == "systemctl" else None)
-    monkeypatch.setattr(AnsibleModule, "run_command", lambda self, args, **kw: (1, "", "Failed to connect to bus"))
+def test_report_unit_fails_naming_the_unit_where_systemctl_fails(run, tmp_path, systemctl):
+    systemctl["reply"] = (1, "", "Failed to connect to bus")
     result = run(**owner_args(tmp_path), report_unit="docker.service")
     assert result["failed"] and result["msg"] == "systemctl show docker.service failed: Failed to connect to bus"
