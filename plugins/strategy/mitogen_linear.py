@@ -439,9 +439,8 @@ def controller_skipped_loop(host, task, task_vars, play_context, loader, variabl
     delegate_to, until/retries, async, timeout, a pause or break_when in loop_control, a
     condition that names a loop variable, is true or raises."""
     control = task.loop_control
-    if (_RawTaskResult is None or not task.when or task.loop is None or task.loop_with
-            or task.delegate_to is not None or task.until or task.async_val or task.timeout
-            or (control is not None and (control.pause or control.break_when))):
+    if (not task.when or task.loop is None or not stays_on_its_host(task)
+            or (control is not None and control.break_when)):
         return None
     names = set(LOOP_VARIABLES) | {"item"}
     for name in ((control.loop_var, control.index_var) if control is not None else ()):
@@ -491,10 +490,17 @@ INCLUDE_ACTIONS = frozenset(C._ACTION_INCLUDE_TASKS) | frozenset(C._ACTION_INCLU
 
 def includes_in_controller(task) -> bool:
     """Whether ``task`` is an include_tasks or include_role the strategy runs itself: with or
-    without ``loop`` (not a ``with_*`` lookup), no delegate_to, no loop_control pause."""
+    without ``loop`` (stays_on_its_host)."""
+    return task.action in INCLUDE_ACTIONS and stays_on_its_host(task)
+
+
+def stays_on_its_host(task) -> bool:
+    """Whether nothing makes TaskExecutor wait or leave the task's host, so the strategy may run
+    it itself: no ``with_*`` lookup, no delegate_to, no until/retries, no async, no timeout (a
+    SIGALRM), no pause between a loop's items."""
     control = task.loop_control
-    return (_RawTaskResult is not None and task.action in INCLUDE_ACTIONS and not task.loop_with
-            and task.delegate_to is None and not task.until and not task.async_val and not task.timeout
+    return (_RawTaskResult is not None and not task.loop_with and task.delegate_to is None
+            and not task.until and not task.async_val and not task.timeout
             and not (control is not None and task.loop is not None and control.pause))
 
 
@@ -507,12 +513,9 @@ CONTROLLER_ACTIONS = frozenset({
 
 def runs_in_controller(task) -> bool:
     """Whether ``task`` runs in the strategy's process instead of a worker: one of
-    CONTROLLER_ACTIONS (as resolved, so a collection's own ``debug`` is not one), with nothing
-    that makes TaskExecutor wait or leave the task's host - no loop (items may come from any
-    lookup), no delegate_to, no until/retries, no async, no timeout (a SIGALRM)."""
-    return (_RawTaskResult is not None and task.resolved_action in CONTROLLER_ACTIONS
-            and not task.loop_with and task.loop is None and task.delegate_to is None
-            and not task.until and not task.async_val and not task.timeout)
+    CONTROLLER_ACTIONS (as resolved, so a collection's own ``debug`` is not one), without a loop
+    (items may come from any lookup) and staying on its host (stays_on_its_host)."""
+    return task.resolved_action in CONTROLLER_ACTIONS and task.loop is None and stays_on_its_host(task)
 
 
 # Actions that can often answer from what the controller already holds for the host (this run's
@@ -525,9 +528,7 @@ NEEDS_WORKER = "_gpucluster_needs_worker"
 def tries_controller_first(task) -> bool:
     """Whether ``task`` is one of CONTROLLER_FIRST_ACTIONS with nothing that makes TaskExecutor
     wait or leave the task's host (as runs_in_controller)."""
-    return (_RawTaskResult is not None and task.resolved_action in CONTROLLER_FIRST_ACTIONS
-            and not task.loop_with and task.loop is None and task.delegate_to is None
-            and not task.until and not task.async_val and not task.timeout)
+    return task.resolved_action in CONTROLLER_FIRST_ACTIONS and task.loop is None and stays_on_its_host(task)
 
 
 def run_in_controller(host, task, task_vars, play_context, loader, variable_manager, final_q, *,
