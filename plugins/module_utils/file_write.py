@@ -72,7 +72,7 @@ def _octal(mode):
     are left to set_fs_attributes_if_different)."""
     if isinstance(mode, int):
         return mode
-    if isinstance(mode, str) and mode.isdigit() and all(c in "01234567" for c in mode):
+    if isinstance(mode, str) and mode and set(mode) <= set("01234567"):
         return int(mode, 8)
     return None
 

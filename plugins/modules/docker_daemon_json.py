@@ -321,6 +321,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.daemon_json imp
 from ansible_collections.gpucluster.cluster.plugins.module_utils.file_write import (
     current_bytes,
     diff_entry,
+    ensure_absent,
     ensure_directory,
     ensure_file,
     write_atomic,
@@ -541,11 +542,7 @@ def _keep_contribution(module, mine):
     (C(0755) C(root)) as the file task did; in check mode only says whether it would. -> changed."""
     changed = ensure_directory(module, os.path.dirname(mine["path"]), 0o755, "root", "root")
     if mine["text"] is None:
-        if mine["before"] is None:
-            return changed
-        if not module.check_mode:
-            os.remove(mine["path"])
-        return True
+        return ensure_absent(module, mine["path"]) or changed
     file_changed = ensure_file(module, mine["path"], mine["text"], 0o644, "root", "root", current=mine["before"])
     return changed or file_changed
 
