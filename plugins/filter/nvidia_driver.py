@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpucluster.cluster.plugins.module_utils.systemd import parse_show
 from ansible_collections.gpucluster.cluster.plugins.plugin_utils.filter_utils import value_errors
 
 BRANCH_MIN, BRANCH_MAX = 100, 999
@@ -248,4 +249,6 @@ class FilterModule:
             "nvidia_driver_needs_sources": value_errors(needs_sources),
             "nvidia_driver_branch_problems": value_errors(branch_problems),
             "nvidia_driver_upstream": value_errors(upstream),
+            # `systemctl show` of the persistence daemon (node_read's output): module_utils/systemd.py
+            "nvidia_driver_systemctl_show": value_errors(parse_show),
         }

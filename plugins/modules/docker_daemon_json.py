@@ -326,6 +326,7 @@ from ansible_collections.gpucluster.cluster.plugins.module_utils.file_write impo
     ensure_file,
     write_atomic,
 )
+from ansible_collections.gpucluster.cluster.plugins.module_utils.systemd import parse_show
 
 # PATH systemd gives system services (systemd.exec(5), "Environment variables in spawned processes").
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -561,8 +562,7 @@ def _unit_states(module, unit, states=UNIT_STATES, note=""):
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg=f"systemctl show {unit} failed{note}: {(err or out).strip()}", rc=rc)
-    got = dict(line.split("=", 1) for line in (out or "").splitlines() if "=" in line)
-    return {state: got.get(state, "") for state in states}
+    return parse_show(out, states)
 
 
 def _unit_load_state(module, unit):

@@ -179,6 +179,7 @@ def test_filters_turn_errors_into_ansible_errors():
 
     f = nd.FilterModule().filters()
     assert set(f) == {"nvidia_driver_missing_components", "nvidia_driver_pick_version",
-                      "nvidia_driver_branch_problems", "nvidia_driver_upstream", "nvidia_driver_needs_sources"}
+                      "nvidia_driver_branch_problems", "nvidia_driver_upstream", "nvidia_driver_needs_sources",
+                      "nvidia_driver_systemctl_show"}
     with pytest.raises(AnsibleFilterError, match="branch 550"):
         f["nvidia_driver_pick_version"](MADISON, 550)
