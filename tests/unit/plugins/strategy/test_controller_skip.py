@@ -73,16 +73,18 @@ def test_a_condition_that_raises_ends_as_in_the_worker(tmp_path, when, no_log, r
     assert len(fatal) == (2 if rc else 0)
 
 
-def _same_as_linear(tmp_path, tasks):
-    """``tasks`` under the strategy and under Ansible's linear: both succeed with the same registered
-    results and recap; returns what node-a registered and the forks of each."""
-    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks)
+def _same_as_linear(tmp_path, tasks, **env):
+    """``tasks`` under the strategy and under Ansible's linear (``env`` for both): both succeed with
+    the same registered results, recap and skip lines; returns what node-a registered, the forks of
+    each and the skip lines."""
+    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks, **env)
     assert ours.returncode == 0, ours.stdout + ours.stderr
-    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks)
+    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks, **env)
     assert plain.returncode == 0, plain.stdout + plain.stderr
     assert got == want
     assert ours_recap == plain_recap and len(ours_recap) == 2
-    return got, ours_forks, plain_forks
+    assert _skipping_lines(ours) == _skipping_lines(plain)
+    return got, ours_forks, plain_forks, _skipping_lines(ours)
 
 
 def test_an_empty_loop_is_skipped_in_the_controller_with_the_workers_result(tmp_path):
@@ -102,7 +104,7 @@ def test_an_empty_loop_is_skipped_in_the_controller_with_the_workers_result(tmp_
             "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
             "content": "{{ {'empty': r_empty, 'filtered': r_filtered, 'items': r_items, 'with': r_with} | to_json }}"}},
     ]
-    got, ours_forks, plain_forks = _same_as_linear(tmp_path, tasks)
+    got, ours_forks, plain_forks, _ = _same_as_linear(tmp_path, tasks)
     assert got["empty"] == {"changed": False, "skipped": True, "skipped_reason": "No items in the list",
                             "results": []}
     assert got["filtered"] == got["empty"]
@@ -138,7 +140,7 @@ def test_a_condition_reads_connection_variables_through_the_play_context_only_wh
             "dest": "{{ out }}.{{ inventory_hostname }}", "mode": "0600",
             "content": "{{ {'indirect': r_indirect, 'runs': r_runs} | to_json }}"}},
     ]
-    got, _, _ = _same_as_linear(tmp_path, tasks)
+    got, _, _, _ = _same_as_linear(tmp_path, tasks)
     assert got["indirect"]["skipped"] is True and got["runs"]["ansible_facts"] == {"x": 1}
 
 
@@ -174,14 +176,8 @@ def test_a_loop_whose_condition_is_false_for_every_item_is_skipped_in_the_contro
             "content": "{{ {'plain': r_plain, 'control': r_control, 'nolog': r_nolog, 'item': r_item,"
                        " 'indirect': r_indirect, 'true': r_true} | to_json }}"}},
     ]
-    shown = {"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"}
-    ours, got, ours_forks, ours_recap = _run(tmp_path, "mitogen_linear", tasks, **shown)
-    assert ours.returncode == 0, ours.stdout + ours.stderr
-    plain, want, plain_forks, plain_recap = _run(tmp_path, "linear", tasks, **shown)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
-    assert got == want
-    assert ours_recap == plain_recap and len(ours_recap) == 2
-    assert _skipping_lines(ours) == _skipping_lines(plain) and len(_skipping_lines(ours)) >= 6 * 2
+    got, ours_forks, plain_forks, skipping = _same_as_linear(tmp_path, tasks, ANSIBLE_DISPLAY_SKIPPED_HOSTS="true")
+    assert len(skipping) >= 6 * 2
     assert got["plain"]["msg"] == "All items skipped" and [r["item"] for r in got["plain"]["results"]] == [1, 2, 3]
     assert all(r["false_condition"] == "flag" for r in got["plain"]["results"])
     assert [(r["nic"], r["i"], r["_ansible_item_label"] if "_ansible_item_label" in r else r["nic"]["n"])
