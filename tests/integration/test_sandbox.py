@@ -52,6 +52,39 @@ def test_second_run_changes_nothing(cluster):
     assert all(v["changed"] == 0 for v in rc.values()), changes(r.stdout)
 
 
+def _apt_transactions(history: str) -> list[set[str]]:
+    """The packages each transaction of apt's history log (``/var/log/apt/history.log``: stanzas
+    of ``Key: value`` lines, a blank line between them) installed or upgraded, by name."""
+    out = []
+    for stanza in re.split(r"\n\s*\n", history):
+        names: set[str] = set()
+        for line in stanza.splitlines():
+            key, _, value = line.partition(": ")
+            if key in ("Install", "Upgrade", "Reinstall", "Downgrade"):
+                # "name:arch (version[, automatic])" entries, separated by "), ".
+                names.update(m.group(1) for m in re.finditer(r"(?:^|\), )([^\s:(),]+)(?::\S+)? \(", value))
+        if names:
+            out.append(names)
+    return out
+
+
+def test_apt_history_parser_reads_stanzas():
+    history = ("\nStart-Date: 2026-12-07  23:36:35\nCommandline: apt-get install a\n"
+               "Install: libx:amd64 (1.0-1, automatic), rdma-core:amd64 (44.0-2), docker.io:amd64 (20.10)\n"
+               "End-Date: 2026-12-07  23:37:02\n\nStart-Date: x\nUpgrade: nvidia-smi:amd64 (1, 2)\nEnd-Date: y\n"
+               "\nStart-Date: z\nRemove: foo:amd64 (1)\nEnd-Date: z\n")
+    assert _apt_transactions(history) == [{"libx", "rdma-core", "docker.io"}, {"nvidia-smi"}]
+
+
+def test_the_host_stack_installs_in_one_apt_transaction(cluster):
+    """On a whole site.yml run the driver's, the inbox RDMA stack's and the Docker engine's packages
+    come in one apt transaction per node (host_stack.yml, nvidia_driver_install_with), not three."""
+    for node in sandbox_nodes():
+        history = node_exec(node, "cat", "/var/log/apt/history.log")
+        staged = [t for t in _apt_transactions(history) if t & {"nvidia-smi", "rdma-core", "docker.io"}]
+        assert len(staged) == 1 and {"nvidia-smi", "rdma-core", "docker.io"} <= staged[0], (node, staged)
+
+
 def test_plan_shows_every_node(cluster):
     """``gpucluster plan`` prints every node's plan (preflight's gpucluster_plan plus the runtime and
     hugepage pool the stages settle) from the real nodes; the reruns after it change nothing."""
